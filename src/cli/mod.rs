@@ -1,0 +1,39 @@
+//! Subcommand implementations (the binary's side; `anyhow` lives here and in tests only).
+
+pub mod image;
+pub mod internal;
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Options shared by every subcommand.
+#[derive(Args, Clone, Debug)]
+pub struct GlobalOpts {
+    /// State root of runp (runtime state, pod data).
+    #[arg(long, global = true, env = "RUNP_ROOT", default_value = "/var/lib/runp")]
+    pub root: PathBuf,
+    /// Image store root; defaults to <root>/images.
+    #[arg(long, global = true, env = "RUNP_IMAGE_ROOT")]
+    pub image_root: Option<PathBuf>,
+    /// Log filter (tracing EnvFilter syntax, e.g. `info` or `runp=debug`).
+    #[arg(long, global = true, env = "RUNP_LOG", default_value = "info")]
+    pub log_level: String,
+}
+
+impl GlobalOpts {
+    pub fn image_root(&self) -> PathBuf {
+        self.image_root
+            .clone()
+            .unwrap_or_else(|| self.root.join("images"))
+    }
+}
+
+/// Logs go to stderr so command output on stdout stays machine-readable.
+pub fn init_tracing(opts: &GlobalOpts) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&opts.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

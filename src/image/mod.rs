@@ -1,0 +1,1 @@
+//! The image store: content-addressed blobs, image records, and layers unpacked once.

@@ -1,0 +1,1 @@
+//! Synchronous process sandboxing: the only module with `unsafe` and `fork`.

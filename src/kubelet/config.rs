@@ -1,0 +1,113 @@
+//! Agent configuration shared by the sync loop and the pod-to-CRI conversion. Defaults follow the
+//! provider being rewritten (see the timing constants in the README).
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Static configuration of one agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AgentConfig {
+    /// Node name (`spec.nodeName` of pods without one).
+    pub node_name: String,
+    /// Host IP (`status.hostIP`; pod IP of hostNetwork pods).
+    pub node_ip: IpAddr,
+    /// Root of pod data: `<root_dir>/var/pods/<uid>/{volumes,containers/<name>}`.
+    pub root_dir: PathBuf,
+    /// Root of container stdout logs: `<log_root>/pods/<ns>_<pod>_<uid>/<container>/<restart>.log`.
+    pub log_root: PathBuf,
+    /// Where pod status files are written (`<status_dir>/<ns>_<name>.yaml`).
+    pub status_dir: PathBuf,
+    /// Shared storage dir bind-mounted into every container at the same path (`<root>/var/storage`).
+    pub storage_dir: Option<PathBuf>,
+    /// Cluster DNS servers for dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<IpAddr>,
+    /// Cluster domain (e.g. `cluster.local`).
+    pub cluster_domain: String,
+    /// Host resolv.conf used for dnsPolicy Default (and ClusterFirst without cluster DNS).
+    pub resolv_conf: PathBuf,
+    /// Name (`namespace/name`) of a dockerconfigjson/dockercfg secret used for every pull.
+    pub registry_auth_secret: Option<String>,
+    /// Fallback registry credentials (`user:password`) when no secret matches.
+    pub registry_credentials: Option<String>,
+    /// Container log rotation: maximum size of the live log file in bytes.
+    pub container_log_max_size: u64,
+    /// Container log rotation: files kept per container, the live one included.
+    pub container_log_max_files: usize,
+    /// Loop timings.
+    pub timings: Timings,
+}
+
+impl AgentConfig {
+    /// A configuration rooted at `root` with the reference defaults.
+    pub fn with_root(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        AgentConfig {
+            node_name: "runp-node".to_string(),
+            node_ip: IpAddr::from([127, 0, 0, 1]),
+            root_dir: root.clone(),
+            log_root: root.join("var/log"),
+            status_dir: root.join("var/status"),
+            storage_dir: Some(root.join("var/storage")),
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".to_string(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            registry_auth_secret: None,
+            registry_credentials: None,
+            container_log_max_size: 512 * 1024 * 1024,
+            container_log_max_files: 5,
+            timings: Timings::default(),
+        }
+    }
+
+    /// `<root>/var/pods/<uid>`
+    pub fn pod_dir(&self, pod_uid: &str) -> PathBuf {
+        self.root_dir.join("var/pods").join(pod_uid)
+    }
+}
+
+/// Periods and limits of the sync loop (reference values in `Default`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Timings {
+    /// First container restart / image pull back-off.
+    pub backoff_initial: Duration,
+    /// Back-off cap.
+    pub backoff_max: Duration,
+    /// PLEG relist period (safety net behind runtime events).
+    pub pleg_relist: Duration,
+    /// PLEG is unhealthy when no relist completed for this long.
+    pub pleg_unhealthy_after: Duration,
+    /// Pod worker resync period.
+    pub resync: Duration,
+    /// Housekeeping period (orphans, removed pods).
+    pub housekeeping: Duration,
+    /// Status sync period.
+    pub status_sync: Duration,
+    /// Container GC period.
+    pub container_gc: Duration,
+    /// Minimum age of a dead container before GC may remove it.
+    pub container_gc_min_age: Duration,
+    /// Dead containers kept per (pod, container name).
+    pub container_gc_max_per_container: usize,
+    /// Log rotation check period.
+    pub log_rotation: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            backoff_initial: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            pleg_relist: Duration::from_secs(1),
+            pleg_unhealthy_after: Duration::from_secs(180),
+            resync: Duration::from_secs(10),
+            housekeeping: Duration::from_secs(5),
+            status_sync: Duration::from_secs(10),
+            container_gc: Duration::from_secs(60),
+            container_gc_min_age: Duration::from_secs(60),
+            container_gc_max_per_container: 1,
+            log_rotation: Duration::from_secs(10),
+        }
+    }
+}

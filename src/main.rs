@@ -1,0 +1,57 @@
+//! The `runp` command line.
+//!
+//! Internal re-exec entry points (the container shim and init) are dispatched before any tokio
+//! runtime or extra thread exists, because they fork and must stay single-threaded.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "runp", version, about = "An in-process pod runtime")]
+struct Cli {
+    #[command(flatten)]
+    global: cli::GlobalOpts,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Manage images in the image store.
+    #[command(subcommand)]
+    Image(cli::image::ImageCommand),
+    /// Internal entry points used when runp re-executes itself.
+    #[command(flatten)]
+    Internal(cli::internal::InternalCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Internal(cmd) = cli.command {
+        // Single-threaded on purpose: these fork, set up namespaces and exec.
+        return cli::internal::run(cmd);
+    }
+    cli::init_tracing(&cli.global);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("runp: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Image(cmd) => cli::image::run(&cli.global, cmd).await,
+            Command::Internal(_) => unreachable!("dispatched above"),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("runp: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The CRI `RuntimeService` implemented over sandboxed processes.

@@ -1,0 +1,3 @@
+//! Small shared helpers with no dependencies on the other layers.
+
+pub mod atomic_file;
