@@ -34,7 +34,10 @@ fn main() -> ExitCode {
         return cli::internal::run(cmd);
     }
     cli::init_tracing(&cli.global);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("runp: cannot start the async runtime: {err}");

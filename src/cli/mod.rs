@@ -10,7 +10,12 @@ use std::path::PathBuf;
 #[derive(Args, Clone, Debug)]
 pub struct GlobalOpts {
     /// State root of runp (runtime state, pod data).
-    #[arg(long, global = true, env = "RUNP_ROOT", default_value = "/var/lib/runp")]
+    #[arg(
+        long,
+        global = true,
+        env = "RUNP_ROOT",
+        default_value = "/var/lib/runp"
+    )]
     pub root: PathBuf,
     /// Image store root; defaults to <root>/images.
     #[arg(long, global = true, env = "RUNP_IMAGE_ROOT")]

@@ -13,7 +13,10 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 
 /// Atomically replaces `path` with `contents`, creating it with `mode`.
 pub fn write_atomic_with_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
