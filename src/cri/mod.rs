@@ -7,7 +7,12 @@
 //!
 //! The proto is vendored from the k8s-cri crate (cri-api `runtime.v1`, Apache-2.0).
 
+pub mod client;
+pub mod endpoint;
+mod rpcs;
+pub mod server;
 mod service;
+pub mod socket;
 
 /// Generated `runtime.v1` messages, enums, and tonic clients/servers.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
