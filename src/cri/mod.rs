@@ -13,6 +13,7 @@ mod rpcs;
 pub mod server;
 mod service;
 pub mod socket;
+mod streaming_api;
 
 /// Generated `runtime.v1` messages, enums, and tonic clients/servers.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -21,6 +22,7 @@ pub mod api {
 }
 
 pub use service::{CriResult, EventStream, ImageService, RuntimeService};
+pub use streaming_api::{StreamIo, StreamingRuntime, TerminalSize};
 
 /// The CRI API version this crate speaks (reported by `Version`).
 pub const CRI_API_VERSION: &str = "v1";
