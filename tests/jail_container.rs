@@ -144,20 +144,89 @@ fn failed_start_is_reported_with_the_cause() {
     }
     let dir = tempfile::tempdir().unwrap();
     let rootfs = busybox_rootfs(dir.path());
-    let run = Run::new(
-        dir.path(),
-        "missing",
-        &base_spec(&rootfs, &["/no/such/binary"]),
-    );
-    let (shim, report) = run.start();
-    let status = reap(shim);
-    match report {
-        jail::ShimReport::Failed { message } => {
-            assert!(message.contains("/no/such/binary"), "{message}")
+    // Exists and is executable, so it passes libcontainer's checks, but execve fails.
+    let script = rootfs.join("bin/bad-interpreter");
+    std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cases = [
+        ("missing", "/no/such/binary", "/no/such/binary"),
+        ("exec-fails", "/bin/bad-interpreter", "bad-interpreter"),
+    ];
+    for (name, binary, expected) in cases {
+        let run = Run::new(dir.path(), name, &base_spec(&rootfs, &[binary]));
+        let (shim, report) = run.start();
+        let status = reap(shim);
+        match report {
+            jail::ShimReport::Failed { message } => {
+                assert!(message.contains(expected), "{name}: {message}")
+            }
+            other => panic!("{name}: expected a failure, got {other:?}"),
         }
-        other => panic!("expected a failure, got {other:?}"),
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, code) if code != 0),
+            "{name}: {status:?}"
+        );
+        assert!(
+            !run.lc_root.join(&run.id).exists(),
+            "{name}: nothing left behind"
+        );
+        assert!(jail::read_exit_record(&run.state_dir).unwrap().is_none());
     }
-    assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, code) if code != 0));
-    assert!(!run.lc_root.join(&run.id).exists(), "nothing left behind");
-    assert!(jail::read_exit_record(&run.state_dir).unwrap().is_none());
+}
+
+#[test]
+fn oom_kill_is_detected() {
+    if skip_unless(
+        "oom_kill_is_detected",
+        is_real_root(),
+        "real root (a writable memory cgroup)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    let limit: i64 = 32 << 20;
+    let mut spec = base_spec(
+        &rootfs,
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+    );
+    let memory = oci_spec::runtime::LinuxMemoryBuilder::default()
+        .limit(limit)
+        .swap(limit)
+        .build()
+        .unwrap();
+    let resources = oci_spec::runtime::LinuxResourcesBuilder::default()
+        .memory(memory)
+        .build()
+        .unwrap();
+    spec.linux_mut()
+        .as_mut()
+        .unwrap()
+        .set_resources(Some(resources));
+    let run = Run::new(dir.path(), "oom", &spec);
+    let (shim, _) = run.start_ok();
+    let exit = run.wait_exit(shim);
+    assert_eq!(
+        (exit.exit_code, exit.signal, exit.oom_killed),
+        (137, Some(9), true)
+    );
+
+    // A plain SIGKILL in a cgroup that never ran out of memory is not an OOM kill.
+    let mut spec = base_spec(&rootfs, &["sleep", "1000"]);
+    spec.linux_mut().as_mut().unwrap().set_resources(Some(
+        oci_spec::runtime::LinuxResourcesBuilder::default()
+            .memory(
+                oci_spec::runtime::LinuxMemoryBuilder::default()
+                    .limit(limit)
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap(),
+    ));
+    let run = Run::new(dir.path(), "not-oom", &spec);
+    let (shim, pid) = run.start_ok();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    let exit = run.wait_exit(shim);
+    assert_eq!((exit.exit_code, exit.oom_killed), (137, false));
 }
