@@ -9,17 +9,9 @@ use nix::unistd::Pid;
 use runp::jail::ExecReport;
 use support::*;
 
-fn needs_root(test: &str) -> bool {
-    skip_unless(
-        test,
-        is_ns_root(),
-        "root (real or mapped in a user namespace)",
-    )
-}
-
 #[test]
 fn exec_runs_in_the_container_and_propagates_the_exit_code() {
-    if needs_root("exec_runs_in_the_container_and_propagates_the_exit_code") {
+    if skip_without_root("exec_runs_in_the_container_and_propagates_the_exit_code") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -65,7 +57,7 @@ fn exec_runs_in_the_container_and_propagates_the_exit_code() {
 
 #[test]
 fn exec_of_a_missing_command_fails_with_a_report() {
-    if needs_root("exec_of_a_missing_command_fails_with_a_report") {
+    if skip_without_root("exec_of_a_missing_command_fails_with_a_report") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -103,7 +95,7 @@ fn exec_of_a_missing_command_fails_with_a_report() {
 
 #[test]
 fn killing_the_helper_kills_the_command() {
-    if needs_root("killing_the_helper_kills_the_command") {
+    if skip_without_root("killing_the_helper_kills_the_command") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -10,14 +10,6 @@ use runp::jail::{self, PodNamespacePaths, ShimProcess, ShimReport, ShimSpec};
 use std::path::Path;
 use support::*;
 
-fn needs_root(test: &str) -> bool {
-    skip_unless(
-        test,
-        is_ns_root(),
-        "root (real or mapped in a user namespace)",
-    )
-}
-
 /// Starts an infra shim for a pod named `hostname`; returns (shim pid, pause pid, paths).
 fn start_infra(dir: &Path, hostname: &str) -> (i32, i32, PodNamespacePaths) {
     let state_dir = dir.join("infra-state");
@@ -79,7 +71,7 @@ fn ns_link(pid: i32, kind: &str) -> String {
 
 #[test]
 fn containers_join_the_pod_namespaces() {
-    if needs_root("containers_join_the_pod_namespaces") {
+    if skip_without_root("containers_join_the_pod_namespaces") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -152,7 +144,7 @@ fn containers_join_the_pod_namespaces() {
 
 #[test]
 fn a_pod_hostname_without_its_own_uts_namespace_is_refused() {
-    if needs_root("a_pod_hostname_without_its_own_uts_namespace_is_refused") {
+    if skip_without_root("a_pod_hostname_without_its_own_uts_namespace_is_refused") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

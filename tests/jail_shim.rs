@@ -11,14 +11,6 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use support::*;
 
-fn needs_root(test: &str) -> bool {
-    skip_unless(
-        test,
-        is_ns_root(),
-        "root (real or mapped in a user namespace)",
-    )
-}
-
 /// Environment variable carrying the bundle dir to `spawn_shim_then_exit`.
 const HELPER_ENV: &str = "RUNP_JAIL_TEST_SPAWN_DIR";
 
@@ -38,7 +30,7 @@ fn spawn_shim_then_exit() {
 
 #[test]
 fn the_shim_outlives_signals_and_its_parent() {
-    if needs_root("the_shim_outlives_signals_and_its_parent") {
+    if skip_without_root("the_shim_outlives_signals_and_its_parent") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -115,7 +107,7 @@ fn fd_targets(pid: i32) -> Vec<String> {
 
 #[test]
 fn no_fd_leaks_into_the_shim_or_the_container() {
-    if needs_root("no_fd_leaks_into_the_shim_or_the_container") {
+    if skip_without_root("no_fd_leaks_into_the_shim_or_the_container") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -195,7 +187,7 @@ fn wait_for_line(log: &Path, line: &str) {
 
 #[test]
 fn log_reopen_after_rename() {
-    if needs_root("log_reopen_after_rename") {
+    if skip_without_root("log_reopen_after_rename") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

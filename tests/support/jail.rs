@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
+/// The runp binary under test; `RUNP_TEST_EXE` picks another build (e.g. release, to measure).
 pub fn runp_exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_runp"))
+    std::env::var_os("RUNP_TEST_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_runp")))
 }
 
 /// Real root: euid 0 in the initial user namespace (identity uid map).
@@ -38,6 +41,15 @@ pub fn skip_unless(test: &str, met: bool, needs: &str) -> bool {
         eprintln!("SKIP: {test}: needs {needs}");
     }
     !met
+}
+
+/// Containers need root, real or mapped in a user namespace.
+pub fn skip_without_root(test: &str) -> bool {
+    skip_unless(
+        test,
+        is_ns_root(),
+        "root (real or mapped in a user namespace)",
+    )
 }
 
 pub fn unique_id(name: &str) -> String {

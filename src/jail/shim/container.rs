@@ -161,11 +161,49 @@ fn hint(chain: &str) -> String {
     let lower = chain.to_lowercase();
     let denied = lower.contains("permission denied") || lower.contains("eacces");
     if denied && lower.contains("cgroup") {
-        let uid = nix::unistd::geteuid();
+        let uid = nix::unistd::geteuid().as_raw();
+        let host_uid = std::fs::read_to_string("/proc/self/uid_map")
+            .ok()
+            .and_then(|map| host_uid_of(&map, uid))
+            .map(|host| format!(" (host uid {host})"))
+            .unwrap_or_default();
         return format!(
-            " (the cgroup fs is not writable for uid {uid}: run as root, as mapped root in a \
-             user namespace, or without linux.resources in the spec)"
+            " (the cgroup fs is not writable for uid {uid}{host_uid}: libcontainer puts every \
+             container in its own cgroup, so run as root, or as a user namespace root mapped \
+             onto a uid that owns the cgroup hierarchy)"
         );
     }
     String::new()
+}
+
+/// The host uid behind `uid` according to a `/proc/<pid>/uid_map`.
+fn host_uid_of(uid_map: &str, uid: u32) -> Option<u64> {
+    uid_map.lines().find_map(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [inside, outside, count] = fields[..] else {
+            return None;
+        };
+        let uid = u64::from(uid);
+        (uid >= inside && uid < inside + count).then(|| outside + (uid - inside))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_uid_mapping() {
+        let identity = "         0          0 4294967295\n";
+        assert_eq!(host_uid_of(identity, 0), Some(0));
+        let mapped = "         0      65534          1\n";
+        assert_eq!(host_uid_of(mapped, 0), Some(65534));
+        assert_eq!(host_uid_of(mapped, 1), None);
+        let ranges = "0 1000 1\n1 100000 65536\n";
+        assert_eq!(host_uid_of(ranges, 5), Some(100004));
+        assert_eq!(host_uid_of("junk", 0), None);
+    }
 }
