@@ -43,6 +43,9 @@ pub enum RootfsPolicy {
 pub struct StoreOptions {
     pub clock: Clock,
     pub rootfs: RootfsPolicy,
+    /// Unpack new layers with OCI whiteout files even where the overlay form is possible
+    /// (such layers are only ever used through the copy fallback).
+    pub portable_layers: bool,
 }
 
 impl Default for StoreOptions {
@@ -50,6 +53,7 @@ impl Default for StoreOptions {
         StoreOptions {
             clock: Arc::new(SystemTime::now),
             rootfs: RootfsPolicy::Auto,
+            portable_layers: false,
         }
     }
 }
@@ -121,11 +125,14 @@ impl ImageStore {
                 .context(|| format!("securing {}", paths.root.display()))?;
         }
         let blobs = BlobDir::create(paths.root.join("blobs").join("sha256"))?;
-        let caps = {
+        let mut caps = {
             let _lock = StoreLock::exclusive(&paths.lock)?;
             staging::remove_stale(&paths.tmp)?;
             HostCaps::probe(&paths.tmp)
         };
+        if options.portable_layers {
+            caps.layer_format = super::unpack::LayerFormat::Portable;
+        }
         tracing::debug!(root = %paths.root.display(), ?caps, "opened image store");
         Ok(ImageStore {
             inner: Arc::new(Inner {
