@@ -12,7 +12,7 @@ use std::path::Path;
 use support::*;
 
 fn busybox(store: &ImageStore) -> String {
-    import_fixture(&store, "busybox-oci.tar").id
+    import_fixture(store, "busybox-oci.tar").id
 }
 
 /// Writes into a rootfs and checks the shared layer did not change.
