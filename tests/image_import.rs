@@ -422,3 +422,29 @@ fn concurrent_imports_of_one_image_both_succeed() {
         "no staging left"
     );
 }
+
+#[test]
+fn garbage_collection_waits_for_running_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    let store = open_store(dir.path());
+    let record = import_fixture(&store, "busybox-oci");
+    // An import in progress (its staging area is held) may be reusing these layers.
+    let running =
+        runp::image::import::staging::Staging::create(&root.join("tmp"), "import").unwrap();
+    store.remove(&record.id, false).unwrap();
+    assert!(matches!(
+        store.resolve(&record.id),
+        Err(ImageError::NotFound(_))
+    ));
+    assert!(
+        store.layer_tree(&record.layers[0]).is_some(),
+        "collection deferred"
+    );
+    drop(running);
+    // The next opening of the store collects what was left.
+    let reopened = open_store(dir.path());
+    assert!(reopened.layer_tree(&record.layers[0]).is_none());
+    assert_eq!(fs::read_dir(root.join("blobs/sha256")).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+}

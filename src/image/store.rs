@@ -125,16 +125,14 @@ impl ImageStore {
                 .context(|| format!("securing {}", paths.root.display()))?;
         }
         let blobs = BlobDir::create(paths.root.join("blobs").join("sha256"))?;
-        let mut caps = {
-            let _lock = StoreLock::exclusive(&paths.lock)?;
-            staging::remove_stale(&paths.tmp)?;
-            HostCaps::probe(&paths.tmp)
-        };
+        let _lock = StoreLock::exclusive(&paths.lock)?;
+        staging::remove_stale(&paths.tmp)?;
+        let mut caps = HostCaps::probe(&paths.tmp);
         if options.portable_layers {
             caps.layer_format = super::unpack::LayerFormat::Portable;
         }
         tracing::debug!(root = %paths.root.display(), ?caps, "opened image store");
-        Ok(ImageStore {
+        let store = ImageStore {
             inner: Arc::new(Inner {
                 paths,
                 blobs,
@@ -143,7 +141,15 @@ impl ImageStore {
                 records_cache: Mutex::new(None),
                 rootfs_logged: OnceLock::new(),
             }),
-        })
+        };
+        // Garbage a crash or a deferred collection left behind (e.g. layers moved in by an
+        // import that died before writing its records).
+        let paths = &store.inner.paths;
+        store.collect_garbage(
+            &Records::load(&paths.records)?,
+            &lease::read_all(&paths.leases)?,
+        )?;
+        Ok(store)
     }
 
     pub fn root(&self) -> &Path {
@@ -196,12 +202,17 @@ impl ImageStore {
     }
 
     /// Deletes layers and blobs that no record and no lease refers to. Call under the lock.
+    /// Deferred while an import is running: it may have chosen to reuse what looks unused.
     pub(crate) fn collect_garbage(
         &self,
         records: &Records,
         leases: &[lease::Lease],
     ) -> Result<(), ImageError> {
         let paths = &self.inner.paths;
+        if staging::any_live(&paths.tmp)? {
+            tracing::debug!("an import is running: garbage collection deferred");
+            return Ok(());
+        }
         let live_layers: BTreeSet<String> = records
             .images
             .iter()
