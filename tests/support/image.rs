@@ -363,7 +363,7 @@ impl TestImage {
     }
 }
 
-fn put_blob(layout: &Path, data: &[u8]) -> String {
+pub fn put_blob(layout: &Path, data: &[u8]) -> String {
     let digest = sha(data);
     let path = layout.join("blobs/sha256").join(&digest["sha256:".len()..]);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
