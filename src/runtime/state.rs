@@ -327,11 +327,14 @@ impl Index {
     }
 }
 
+/// Records read from disk (with their paths) and the problems met on the way.
+pub type Loaded<R> = (Vec<(PathBuf, R)>, Vec<String>);
+
 /// Reads every `<dir>/<id>/<file>` record; unreadable ones are reported, not fatal.
 pub fn load_records<R: serde::de::DeserializeOwned>(
     dir: &Path,
     file: &str,
-) -> Result<(Vec<(PathBuf, R)>, Vec<String>)> {
+) -> Result<Loaded<R>> {
     let mut records = Vec::new();
     let mut problems = Vec::new();
     let entries = match std::fs::read_dir(dir) {

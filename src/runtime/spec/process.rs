@@ -245,6 +245,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn args_merge_table() {
         // (command, args, entrypoint, cmd) -> argv
         let cases: &[(&[&str], &[&str], &[&str], &[&str], Option<&[&str]>)] = &[
@@ -336,6 +337,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn user_resolution_table() {
         let v = |value| Some(api::Int64Value { value });
         let cases: Vec<(

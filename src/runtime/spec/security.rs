@@ -188,6 +188,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn add_drop_table() {
         let cases: &[(&[&str], &[&str], usize, &[&str], &[&str])] = &[
             // add, drop, expected count, must contain, must not contain
