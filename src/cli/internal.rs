@@ -1,12 +1,52 @@
-//! Hidden subcommands runp re-executes itself with (shim, container init). They run before any
-//! tokio runtime exists.
+//! Hidden subcommands runp re-executes itself with (the per-container shim, the exec helper).
+//! They run before any tokio runtime exists: they fork, and must stay single-threaded.
 
 use clap::Subcommand;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
-pub enum InternalCommand {}
+pub enum InternalCommand {
+    /// Supervise one container or pod infra process (started by the runtime).
+    #[command(hide = true)]
+    Shim {
+        /// Directory holding shim.json; shim.log and exit.json are written there.
+        state_dir: PathBuf,
+    },
+    /// Run one process inside a running container (started by the runtime).
+    #[command(hide = true, name = "exec-helper")]
+    ExecHelper,
+}
 
 pub fn run(cmd: InternalCommand) -> ExitCode {
-    match cmd {}
+    let code = match cmd {
+        // stderr is the shim's shim.log.
+        InternalCommand::Shim { state_dir } => runp::jail::run_shim(&state_dir, || {
+            init_tracing("info,libcontainer=warn,libcgroups=error")
+        }),
+        // stderr is the agent's: only say something when it matters.
+        InternalCommand::ExecHelper => runp::jail::run_exec_helper(|| init_tracing("error")),
+    };
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(u8::MAX))
+}
+
+/// Logs to a close-on-exec copy of stderr, filtered by RUNP_LOG when set. A copy, because
+/// libcontainer's container init puts the container's own stderr on fd 2 before it execs, and
+/// our diagnostics must not end up in the container's log.
+fn init_tracing(default_filter: &str) {
+    use std::os::fd::AsFd;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    let filter = std::env::var("RUNP_LOG")
+        .ok()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_filter));
+    let writer = match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => BoxMakeWriter::new(std::sync::Mutex::new(std::fs::File::from(fd))),
+        Err(_) => BoxMakeWriter::new(std::io::stderr),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .init();
 }

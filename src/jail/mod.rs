@@ -1,1 +1,151 @@
 //! Synchronous process sandboxing: the only module with `unsafe` and `fork`.
+//!
+//! Processes are started by re-executing the runp binary with a hidden subcommand
+//! (`runp shim <state_dir>`, `runp exec-helper`) that `src/cli/internal.rs` dispatches here before
+//! any tokio runtime exists. Spawn functions never `waitpid`: they return the child's pid and a
+//! typed [`channel`]; the caller's single reaper reaps.
+//!
+//! Files a shim uses inside its state dir: `shim.json` ([`ShimSpec`], written by the runtime),
+//! `shim.log` (the shim's own diagnostics), `exit.json` ([`ExitRecord`], written atomically by the
+//! shim once it reaped the process).
+
+pub mod channel;
+mod error;
+mod exec;
+mod executor;
+mod fds;
+mod infra;
+mod namespaces;
+mod proc;
+mod shim;
+mod spawn;
+
+pub use error::JailError;
+pub use exec::run_exec_helper;
+pub use namespaces::release_pod_namespaces;
+pub use proc::{
+    exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
+    request_log_reopen,
+};
+pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
+pub use shim::run_shim;
+pub use spawn::{spawn_exec, spawn_shim};
+
+use serde::{Deserialize, Serialize};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// File names inside a shim's state dir.
+pub const SHIM_SPEC_FILE: &str = "shim.json";
+pub const SHIM_LOG_FILE: &str = "shim.log";
+pub const EXIT_RECORD_FILE: &str = "exit.json";
+
+/// Written by the runtime to `<state_dir>/shim.json`; `runp shim <state_dir>` reads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShimSpec {
+    pub id: String,
+    pub process: ShimProcess,
+    /// CRI log file; `None` discards the output.
+    pub log_path: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShimProcess {
+    /// An OCI bundle (`<bundle>/config.json`, rootfs already prepared) run with libcontainer.
+    /// libcontainer state lives in `libcontainer_root` under container id `id`.
+    Container {
+        bundle: PathBuf,
+        libcontainer_root: PathBuf,
+    },
+    /// The pod infra ("pause") process. Creates the requested namespaces (net/ipc/uts; sets the
+    /// hostname, brings `lo` up), bind-mounts them as files under `ns_dir` (ns_dir/net, ipc, uts,
+    /// pid), then runs a pid-1 pause loop in a NEW pid namespace that reaps orphans.
+    Infra {
+        ns_dir: PathBuf,
+        new_net: bool,
+        new_ipc: bool,
+        new_uts: bool,
+        hostname: Option<String>,
+    },
+}
+
+/// The namespaces of a pod, as files containers join through OCI `linux.namespaces[].path`.
+/// Each is a bind mount of `/proc/<infra>/ns/<kind>` (stable even if the infra pid is reused);
+/// `None` when the pod did not ask for that namespace (the host's is used).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodNamespacePaths {
+    pub net: Option<PathBuf>,
+    pub ipc: Option<PathBuf>,
+    pub uts: Option<PathBuf>,
+    /// The infra's pid namespace (always new), for pods that share it.
+    pub pid: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShimReport {
+    Started {
+        pid: i32,
+        /// `/proc/<pid>/stat` field 22 (clock ticks since boot), for pid-reuse checks.
+        pid_start_time: u64,
+        started_at_ns: i64,
+        /// Infra only.
+        namespaces: Option<PodNamespacePaths>,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+/// Written atomically by the shim to `<state_dir>/exit.json` after it reaped the process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub pid: i32,
+    /// 128+signal for signal deaths.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    pub finished_at_ns: i64,
+}
+
+/// Writes `<state_dir>/shim.json` atomically (what `runp shim <state_dir>` reads).
+pub fn write_shim_spec(state_dir: &Path, spec: &ShimSpec) -> Result<(), JailError> {
+    let path = state_dir.join(SHIM_SPEC_FILE);
+    crate::util::atomic_file::write_json_atomic(&path, spec)
+        .map_err(|source| JailError::io(format!("cannot write {}", path.display()), source))
+}
+
+pub struct SpawnedShim {
+    pub pid: i32,
+    pub report: channel::Receiver<ShimReport>,
+}
+
+/// ExecSync / exec probes: a process inside a running container (its namespaces, cgroup, caps,
+/// user), via libcontainer's tenant builder, started by `runp exec-helper`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecSpec {
+    pub container_id: String,
+    pub libcontainer_root: PathBuf,
+    pub args: Vec<String>,
+    /// `KEY=value` entries, added to (and overriding) the container's environment.
+    pub env: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// Not supported yet: an exec with `tty` fails with [`ExecReport::Failed`].
+    pub tty: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecReport {
+    Started { pid: i32 },
+    Failed { message: String },
+}
+
+pub struct SpawnedExec {
+    /// Exits with the command's exit code (128+signal for signals); SIGKILLing it kills the
+    /// command too.
+    pub helper_pid: i32,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// Always `None` for now: the command's stdin is /dev/null.
+    pub stdin: Option<OwnedFd>,
+    pub report: channel::Receiver<ExecReport>,
+}

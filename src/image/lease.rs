@@ -1,0 +1,81 @@
+//! Rootfs leases: which holder (container) has a root filesystem made from which image. They
+//! are files, so `runp image rm` in another process respects the agent's containers, and they
+//! keep their layers alive even after a forced removal of the image.
+
+use super::digest::Digest;
+use super::error::{ImageError, IoContext};
+use super::rootfs::RootfsKind;
+use crate::util::atomic_file::write_json_atomic;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Lease {
+    pub holder: String,
+    pub image_id: String,
+    /// The image's layers, kept alive while the lease exists.
+    pub layers: Vec<Digest>,
+    pub container_dir: PathBuf,
+    /// Set once the rootfs is complete.
+    pub kind: Option<RootfsKind>,
+    pub created_at: String,
+}
+
+/// Holder names are arbitrary strings; the file name is a hash of them.
+pub fn lease_path(dir: &Path, holder: &str) -> PathBuf {
+    dir.join(format!(
+        "{}.json",
+        &Digest::of_bytes(holder.as_bytes()).hex()[..32]
+    ))
+}
+
+pub fn read(dir: &Path, holder: &str) -> Result<Option<Lease>, ImageError> {
+    let path = lease_path(dir, holder);
+    match fs::read(&path) {
+        Ok(bytes) => parse(&path, &bytes).map(|lease| lease.filter(|l| l.holder == holder)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(ImageError::io(format!("reading {}", path.display()), err)),
+    }
+}
+
+pub fn read_all(dir: &Path) -> Result<Vec<Lease>, ImageError> {
+    let mut leases = Vec::new();
+    for entry in fs::read_dir(dir)
+        .context(|| format!("listing {}", dir.display()))?
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue; // temporaries of atomic writes
+        }
+        let bytes = fs::read(&path).context(|| format!("reading {}", path.display()))?;
+        leases.extend(parse(&path, &bytes)?);
+    }
+    Ok(leases)
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<Option<Lease>, ImageError> {
+    match serde_json::from_slice(bytes) {
+        Ok(lease) => Ok(Some(lease)),
+        Err(err) => {
+            // A lease we cannot read must not block removals forever, nor be silently lost.
+            tracing::warn!("ignoring unreadable lease {}: {err}", path.display());
+            Ok(None)
+        }
+    }
+}
+
+pub fn write(dir: &Path, lease: &Lease) -> Result<(), ImageError> {
+    let path = lease_path(dir, &lease.holder);
+    write_json_atomic(&path, lease).context(|| format!("writing {}", path.display()))
+}
+
+pub fn remove(dir: &Path, holder: &str) -> Result<(), ImageError> {
+    let path = lease_path(dir, holder);
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(ImageError::io(format!("removing {}", path.display()), err)),
+    }
+}

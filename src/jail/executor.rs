@@ -1,0 +1,70 @@
+//! The libcontainer workload executor used for every container and exec process: it runs in the
+//! container process right before `execve`, after libcontainer set up namespaces, rootfs,
+//! credentials and capabilities.
+
+use libcontainer::workload::default::DefaultExecutor;
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
+use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+use oci_spec::runtime::Spec;
+use std::os::fd::RawFd;
+
+#[derive(Clone, Default)]
+pub(crate) struct JailExecutor {
+    /// Exec processes only: the pipe whose write end the helper holds. The process dies with the
+    /// helper (PR_SET_PDEATHSIG) and checks the helper is still alive after arming it.
+    pub helper_liveness: Option<(RawFd, RawFd)>,
+}
+
+impl Executor for JailExecutor {
+    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        // The shim ignores and blocks signals for itself; ignored dispositions and the mask
+        // survive execve, so the workload would inherit them.
+        reset_signals();
+        if let Some((read_end, write_end)) = self.helper_liveness {
+            tie_to_helper(read_end, write_end)?;
+        }
+        DefaultExecutor {}.exec(spec)
+    }
+
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        DefaultExecutor {}.validate(spec)
+    }
+}
+
+fn reset_signals() {
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL has no handler code to be unsafe about.
+        let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    }
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+}
+
+/// Arms SIGKILL-on-parent-death (set here because credential changes clear it), then checks the
+/// helper did not die before: once our own copy of the write end is closed, the read end hangs
+/// up exactly when the helper is gone.
+fn tie_to_helper(read_end: RawFd, write_end: RawFd) -> Result<(), ExecutorError> {
+    // SAFETY: plain prctl/close/poll syscalls on fds this process owns.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(ExecutorError::Other(format!(
+                "cannot set parent-death signal: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        libc::close(write_end);
+        let mut pfd = libc::pollfd {
+            fd: read_end,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ready = libc::poll(&mut pfd, 1, 0);
+        libc::close(read_end);
+        if ready > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            libc::_exit(128 + libc::SIGKILL);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! A container run by `runp shim`: CRI log format, exit codes, log reopen.
+
+#[path = "support/jail.rs"]
+mod support;
+
+use runp::jail::{self, CRI_MAX_LINE};
+use support::*;
+
+fn needs_root(test: &str) -> bool {
+    skip_unless(
+        test,
+        is_ns_root(),
+        "root (real or mapped in a user namespace)",
+    )
+}
+
+#[test]
+fn output_goes_to_the_cri_log() {
+    if needs_root("output_goes_to_the_cri_log") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    let script = format!(
+        "echo hello; echo oops >&2; head -c {} /dev/zero | tr '\\0' x; echo; printf tail",
+        CRI_MAX_LINE + 100
+    );
+    let run = Run::new(
+        dir.path(),
+        "log",
+        &base_spec(&rootfs, &["sh", "-c", &script]),
+    );
+    let (shim, _) = run.start_ok();
+    let exit = run.wait_exit(shim);
+    assert_eq!((exit.exit_code, exit.signal), (0, None));
+
+    let records = run.log_records();
+    for record in &records {
+        let parsed = chrono::DateTime::parse_from_rfc3339(&record.timestamp);
+        assert!(parsed.is_ok(), "timestamp {:?}", record.timestamp);
+        assert!(record.timestamp.ends_with('Z') && record.timestamp.len() == 30);
+        assert!(["F", "P"].contains(&record.tag.as_str()), "{record:?}");
+    }
+    assert_eq!(stream_lines(&records, "stderr"), ["oops"]);
+    let stdout = stream_lines(&records, "stdout");
+    assert_eq!(stdout.len(), 3, "{stdout:?}");
+    assert_eq!(stdout[0], "hello");
+    assert_eq!(stdout[1], "x".repeat(CRI_MAX_LINE + 100));
+    assert_eq!(
+        stdout[2], "tail",
+        "an unterminated last line is written as F at EOF"
+    );
+    let long: Vec<_> = records
+        .iter()
+        .filter(|r| r.stream == "stdout" && r.content.starts_with('x'))
+        .map(|r| (r.tag.as_str(), r.content.len()))
+        .collect();
+    assert_eq!(long, [("P", CRI_MAX_LINE), ("F", 100)]);
+}
+
+#[test]
+fn exit_codes() {
+    if needs_root("exit_codes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    // (Signal deaths are covered by sigkill_and_sigterm_from_outside: pid 1 of a pid namespace
+    // cannot be killed from inside.)
+    let cases: [(&str, &[&str], i32, Option<i32>); 3] = [
+        ("zero", &["true"], 0, None),
+        ("three", &["sh", "-c", "exit 3"], 3, None),
+        (
+            "shell-reported-kill",
+            &["sh", "-c", "sleep 100 & kill -9 $!; wait $!"],
+            137,
+            None,
+        ),
+    ];
+    for (name, args, code, signal) in cases {
+        let run = Run::new(dir.path(), name, &base_spec(&rootfs, args));
+        let (shim, pid) = run.start_ok();
+        let exit = run.wait_exit(shim);
+        assert_eq!((exit.exit_code, exit.signal), (code, signal), "{name}");
+        assert_eq!(exit.pid, pid);
+        assert!(!exit.oom_killed);
+        assert!(
+            !run.lc_root.join(&run.id).exists(),
+            "libcontainer state removed"
+        );
+    }
+}
+
+#[test]
+fn sigkill_and_sigterm_from_outside() {
+    if needs_root("sigkill_and_sigterm_from_outside") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    // pid 1 of a pid namespace ignores SIGTERM without a handler, so the SIGTERM case runs
+    // without one (in the shim's pid namespace).
+    let mut no_pidns = base_spec(&rootfs, &["sleep", "1000"]);
+    if !is_real_root() {
+        // A user namespace may not mount a proc for a pid namespace it does not own.
+        bind_host_proc(&mut no_pidns);
+    }
+    if let Some(linux) = no_pidns.linux_mut() {
+        let namespaces = linux.namespaces().clone().unwrap_or_default();
+        linux.set_namespaces(Some(
+            namespaces
+                .into_iter()
+                .filter(|ns| ns.typ() != oci_spec::runtime::LinuxNamespaceType::Pid)
+                .collect(),
+        ));
+    }
+    let cases = [
+        (
+            "kill",
+            base_spec(&rootfs, &["sleep", "1000"]),
+            nix::sys::signal::SIGKILL,
+            137,
+        ),
+        ("term", no_pidns, nix::sys::signal::SIGTERM, 143),
+    ];
+    for (name, spec, signal, code) in cases {
+        let run = Run::new(dir.path(), name, &spec);
+        let (shim, pid) = run.start_ok();
+        assert!(jail::read_exit_record(&run.state_dir).unwrap().is_none());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+        let exit = run.wait_exit(shim);
+        assert_eq!(
+            (exit.exit_code, exit.signal),
+            (code, Some(signal as i32)),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn failed_start_is_reported_with_the_cause() {
+    if needs_root("failed_start_is_reported_with_the_cause") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    let run = Run::new(
+        dir.path(),
+        "missing",
+        &base_spec(&rootfs, &["/no/such/binary"]),
+    );
+    let (shim, report) = run.start();
+    let status = reap(shim);
+    match report {
+        jail::ShimReport::Failed { message } => {
+            assert!(message.contains("/no/such/binary"), "{message}")
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, code) if code != 0));
+    assert!(!run.lc_root.join(&run.id).exists(), "nothing left behind");
+    assert!(jail::read_exit_record(&run.state_dir).unwrap().is_none());
+}
