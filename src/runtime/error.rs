@@ -24,6 +24,10 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("image: {0}")]
+    Image(#[from] crate::image::ImageError),
+    #[error("jail: {0}")]
+    Jail(#[from] crate::jail::JailError),
     #[error("{0}")]
     Internal(String),
 }
@@ -58,7 +62,14 @@ impl From<RuntimeError> for tonic::Status {
             RuntimeError::FailedPrecondition(_) => tonic::Status::failed_precondition(msg),
             RuntimeError::AlreadyExists(_) => tonic::Status::already_exists(msg),
             RuntimeError::DeadlineExceeded(_) => tonic::Status::deadline_exceeded(msg),
-            RuntimeError::Io { .. } | RuntimeError::Internal(_) => tonic::Status::internal(msg),
+            // The image store knows its own codes (NotFound, InUse...).
+            RuntimeError::Image(err) => {
+                let status = tonic::Status::from(err);
+                tonic::Status::new(status.code(), msg)
+            }
+            RuntimeError::Io { .. } | RuntimeError::Jail(_) | RuntimeError::Internal(_) => {
+                tonic::Status::internal(msg)
+            }
         }
     }
 }

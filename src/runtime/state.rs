@@ -331,10 +331,7 @@ impl Index {
 pub type Loaded<R> = (Vec<(PathBuf, R)>, Vec<String>);
 
 /// Reads every `<dir>/<id>/<file>` record; unreadable ones are reported, not fatal.
-pub fn load_records<R: serde::de::DeserializeOwned>(
-    dir: &Path,
-    file: &str,
-) -> Result<Loaded<R>> {
+pub fn load_records<R: serde::de::DeserializeOwned>(dir: &Path, file: &str) -> Result<Loaded<R>> {
     let mut records = Vec::new();
     let mut problems = Vec::new();
     let entries = match std::fs::read_dir(dir) {

@@ -44,6 +44,8 @@ pub struct SpecInputs<'a> {
     /// Some(path) when cgroups are writable; None = no cgroup and no resources (rootless).
     pub cgroups_path: Option<PathBuf>,
     pub rootless: bool,
+    /// Upper bound for RLIMIT_NOFILE (the runtime's own hard limit).
+    pub max_nofile: u64,
 }
 
 /// The bundle's config.json plus what the runtime keeps beside it.
@@ -208,7 +210,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             privileged,
             security.and_then(|s| s.capabilities.as_ref()),
         )?)
-        .rlimits(security::default_rlimits())
+        .rlimits(security::default_rlimits(inputs.max_nofile))
         .no_new_privileges(!privileged && security.is_some_and(|s| s.no_new_privs));
     if let Some(res) = &linux_cfg.resources
         && res.oom_score_adj != 0

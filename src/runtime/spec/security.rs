@@ -142,11 +142,14 @@ pub fn masked_and_readonly_paths(
     )
 }
 
-pub fn default_rlimits() -> Vec<PosixRlimit> {
+/// RLIMIT_NOFILE as containerd sets it, capped at `max` (the runtime's own hard limit: raising
+/// a hard limit needs CAP_SYS_RESOURCE, which root may lack).
+pub fn default_rlimits(max: u64) -> Vec<PosixRlimit> {
+    let limit = DEFAULT_NOFILE.min(max);
     let nofile = PosixRlimitBuilder::default()
         .typ(PosixRlimitType::RlimitNofile)
-        .hard(DEFAULT_NOFILE)
-        .soft(DEFAULT_NOFILE)
+        .hard(limit)
+        .soft(limit)
         .build();
     nofile.into_iter().collect()
 }
@@ -262,11 +265,13 @@ mod tests {
 
     #[test]
     fn nofile_default() {
-        let limits = default_rlimits();
+        let limits = default_rlimits(u64::MAX);
         assert_eq!(limits[0].typ(), PosixRlimitType::RlimitNofile);
         assert_eq!(
             (limits[0].soft(), limits[0].hard()),
             (DEFAULT_NOFILE, DEFAULT_NOFILE)
         );
+        let limits = default_rlimits(20_000);
+        assert_eq!((limits[0].soft(), limits[0].hard()), (20_000, 20_000));
     }
 }

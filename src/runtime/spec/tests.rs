@@ -70,6 +70,7 @@ impl Case {
             namespaces: &ns,
             cgroups_path: self.cgroups.clone(),
             rootless: self.rootless,
+            max_nofile: u64::MAX,
         })
     }
 }
