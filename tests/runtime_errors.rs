@@ -12,13 +12,9 @@ fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> tonic::Code {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_ids_bad_configs_and_duplicates() {
-    if !is_root() {
-        return skip(
-            "unknown_ids_bad_configs_and_duplicates",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("unknown_ids_bad_configs_and_duplicates").await else {
+        return;
+    };
     let rt = &env.rt;
     let missing = "f".repeat(64);
     assert_eq!(

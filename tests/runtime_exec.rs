@@ -9,18 +9,14 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_sync_output_exit_code_and_timeout() {
-    if !is_root() {
-        return skip(
-            "exec_sync_output_exit_code_and_timeout",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("exec_sync_output_exit_code_and_timeout").await else {
+        return;
+    };
     let pod = env.pod("exec").await;
     let id = env
         .run(&pod, shell("target", "echo up; exec sleep 1000"))
         .await;
-    read_log(&env.logs().join("exec/target.log"), 1).await;
+    env.log_lines("exec", "target", 1).await;
 
     let r = env
         .exec(&id, &["sh", "-c", "echo out; echo err >&2; exit 5"])
@@ -104,13 +100,7 @@ async fn exec_sync_output_exit_code_and_timeout() {
         assert!(status.message().contains("streaming server"));
     }
 
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: id.clone(),
-            timeout: 0,
-        })
-        .await
-        .unwrap();
+    env.stop(&id, 0).await;
     let err = env
         .rt
         .exec_sync(api::ExecSyncRequest {
@@ -131,15 +121,14 @@ async fn exec_sync_output_exit_code_and_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_report_usage() {
-    if !is_root() {
-        return skip("stats_report_usage", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("stats_report_usage").await else {
+        return;
+    };
     let pod = env.pod("stats").await;
     let id = env
         .run(&pod, shell("busy", "echo up; dd if=/dev/zero of=/data bs=1024 count=2048 2>/dev/null; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 1000"))
         .await;
-    read_log(&env.logs().join("stats/busy.log"), 1).await;
+    env.log_lines("stats", "busy", 1).await;
     // Let the loop burn some CPU.
     let deadline = Instant::now() + Duration::from_secs(20);
     let stats = loop {

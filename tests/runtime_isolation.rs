@@ -25,15 +25,14 @@ fn stdout(r: &api::ExecSyncResponse) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_is_isolated() {
-    if !is_root() {
-        return skip("container_is_isolated", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("container_is_isolated").await else {
+        return;
+    };
     let pod = env.pod("iso").await;
     let id = env
         .run(&pod, shell("box", "echo up; exec sleep 1000"))
         .await;
-    read_log(&env.logs().join("iso/box.log"), 1).await;
+    env.log_lines("iso", "box", 1).await;
 
     // Own pid namespace: only its own processes (sleep as pid 1, the exec'd command).
     let ps = env
@@ -123,10 +122,9 @@ async fn container_is_isolated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn security_context_is_honoured() {
-    if !is_root() {
-        return skip("security_context_is_honoured", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("security_context_is_honoured").await else {
+        return;
+    };
     let pod = env.pod("secctx").await;
 
     let ro = with_security(shell("ro", "touch /newfile; echo rc=$?"), |sc| {
@@ -134,9 +132,9 @@ async fn security_context_is_honoured() {
     });
     let ro = env.run(&pod, ro).await;
     env.wait_exit(&ro).await;
-    let lines = read_log(&env.logs().join("secctx/ro.log"), 1).await;
+    let lines = env.log_lines("secctx", "ro", 1).await;
     assert!(
-        lines.iter().any(|l| l.2 == "rc=1"),
+        lines.iter().any(|l| l == "rc=1"),
         "read-only rootfs written: {lines:?}"
     );
 
@@ -150,10 +148,10 @@ async fn security_context_is_honoured() {
     });
     let caps = env.run(&pod, caps).await;
     env.wait_exit(&caps).await;
-    let lines = read_log(&env.logs().join("secctx/caps.log"), 1).await;
+    let lines = env.log_lines("secctx", "caps", 1).await;
     // CAP_NET_ADMIN is bit 12.
     assert!(
-        lines.iter().any(|l| l.2.ends_with("0000000000001000")),
+        lines.iter().any(|l| l.ends_with("0000000000001000")),
         "{lines:?}"
     );
 
@@ -163,11 +161,7 @@ async fn security_context_is_honoured() {
     });
     let user = env.run(&pod, user).await;
     env.wait_exit(&user).await;
-    let lines: Vec<String> = read_log(&env.logs().join("secctx/user.log"), 3)
-        .await
-        .into_iter()
-        .map(|l| l.2)
-        .collect();
+    let lines = env.log_lines("secctx", "user", 3).await;
     assert_eq!(lines[0], "1000");
     assert_eq!(lines[1], "1000", "primary group from /etc/passwd");
     assert!(
@@ -185,21 +179,16 @@ async fn security_context_is_honoured() {
     extra.args = vec!["id -un; pwd; cat /opt/extra/hello".into()];
     let extra = env.run(&pod, extra).await;
     env.wait_exit(&extra).await;
-    let lines: Vec<String> = read_log(&env.logs().join("secctx/extra.log"), 3)
-        .await
-        .into_iter()
-        .map(|l| l.2)
-        .collect();
+    let lines = env.log_lines("secctx", "extra", 3).await;
     assert_eq!(lines, vec!["app", "/home/app", "hello from extra"]);
     env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mounts_env_and_shared_pod_files() {
-    if !is_root() {
-        return skip("mounts_env_and_shared_pod_files", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("mounts_env_and_shared_pod_files").await else {
+        return;
+    };
     let host_rw = env.dir.path().join("vol-rw");
     let host_ro = env.dir.path().join("vol-ro");
     std::fs::create_dir_all(&host_ro).unwrap();
@@ -245,11 +234,7 @@ async fn mounts_env_and_shared_pod_files() {
     }];
     let id = env.run(&pod, cfg).await;
     assert_eq!(env.wait_exit(&id).await.exit_code, 0);
-    let lines: Vec<String> = read_log(&env.logs().join("mnt/mnt.log"), 6)
-        .await
-        .into_iter()
-        .map(|l| l.2)
-        .collect();
+    let lines = env.log_lines("mnt", "mnt", 6).await;
     assert_eq!(
         std::fs::read_to_string(host_rw.join("out")).unwrap(),
         "hi\n"
@@ -270,7 +255,7 @@ async fn mounts_env_and_shared_pod_files() {
         .run(&pod, shell("shm-reader", "cat /dev/shm/pod-file"))
         .await;
     env.wait_exit(&reader).await;
-    let lines = read_log(&env.logs().join("mnt/shm-reader.log"), 1).await;
-    assert_eq!(lines[0].2, "shm");
+    let lines = env.log_lines("mnt", "shm-reader", 1).await;
+    assert_eq!(lines[0], "shm");
     env.cleanup().await;
 }

@@ -10,13 +10,9 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_pod_lifecycle_with_logs_and_events() {
-    if !is_root() {
-        return skip(
-            "full_pod_lifecycle_with_logs_and_events",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("full_pod_lifecycle_with_logs_and_events").await else {
+        return;
+    };
     let mut events = env
         .rt
         .get_container_events(api::GetEventsRequest {})
@@ -24,14 +20,7 @@ async fn full_pod_lifecycle_with_logs_and_events() {
         .unwrap();
     let pod = env.pod("life").await;
 
-    let status = env
-        .rt
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.0.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap();
+    let status = env.pod_status(&pod.0, true).await;
     let s = status.status.unwrap();
     assert_eq!(s.state, api::PodSandboxState::SandboxReady as i32);
     assert_eq!(s.network.unwrap().ip, "127.0.0.1");
@@ -116,16 +105,7 @@ async fn full_pod_lifecycle_with_logs_and_events() {
             .await
             .unwrap();
     }
-    let s = env
-        .rt
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.0.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let s = env.pod_status(&pod.0, false).await.status.unwrap();
     assert_eq!(s.state, api::PodSandboxState::SandboxNotready as i32);
     for _ in 0..2 {
         env.rt
@@ -154,13 +134,9 @@ async fn full_pod_lifecycle_with_logs_and_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_deaths_report_128_plus_signal() {
-    if !is_root() {
-        return skip(
-            "signal_deaths_report_128_plus_signal",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("signal_deaths_report_128_plus_signal").await else {
+        return;
+    };
     let pod = env.pod("sig").await;
     // In the pod's pid namespace the shell is not pid 1 (the infra is), so it can be killed
     // from inside.
@@ -184,10 +160,9 @@ async fn signal_deaths_report_128_plus_signal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_grace_trapped_and_ignored() {
-    if !is_root() {
-        return skip("stop_grace_trapped_and_ignored", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("stop_grace_trapped_and_ignored").await else {
+        return;
+    };
     let pod = env.pod("grace").await;
     // Traps SIGTERM: exits early with its own code.
     let trapped = env
@@ -203,17 +178,11 @@ async fn stop_grace_trapped_and_ignored() {
     let ignoring = env
         .run(&pod, shell("stubborn", "echo ready; exec sleep 1000"))
         .await;
-    read_log(&env.logs().join("grace/trapper.log"), 1).await;
-    read_log(&env.logs().join("grace/stubborn.log"), 1).await;
+    env.log_lines("grace", "trapper", 1).await;
+    env.log_lines("grace", "stubborn", 1).await;
 
     let t0 = Instant::now();
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: trapped.clone(),
-            timeout: 20,
-        })
-        .await
-        .unwrap();
+    env.stop(&trapped, 20).await;
     assert!(
         t0.elapsed() < Duration::from_secs(15),
         "trapped SIGTERM should end early"
@@ -222,13 +191,7 @@ async fn stop_grace_trapped_and_ignored() {
     assert_eq!(st.exit_code, 42);
 
     let t0 = Instant::now();
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: ignoring.clone(),
-            timeout: 1,
-        })
-        .await
-        .unwrap();
+    env.stop(&ignoring, 1).await;
     assert!(
         t0.elapsed() >= Duration::from_secs(1),
         "SIGKILL only after the timeout"
@@ -236,22 +199,15 @@ async fn stop_grace_trapped_and_ignored() {
     let st = env.status(&ignoring).await;
     assert_eq!(st.exit_code, 137, "{st:?}");
     // Idempotent.
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: ignoring.clone(),
-            timeout: 1,
-        })
-        .await
-        .unwrap();
+    env.stop(&ignoring, 1).await;
     env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_signal_comes_from_the_image() {
-    if !is_root() {
-        return skip("stop_signal_comes_from_the_image", "root (real or mapped)");
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("stop_signal_comes_from_the_image").await else {
+        return;
+    };
     let pod = env.pod("stopsig").await;
     // The extra image's StopSignal is SIGUSR1; its entrypoint is `/bin/sh -c`.
     let mut config = shell("usr1", "");
@@ -261,27 +217,17 @@ async fn stop_signal_comes_from_the_image() {
     ];
     config.image.as_mut().unwrap().image = EXTRA.to_string();
     let id = env.run(&pod, config).await;
-    read_log(&env.logs().join("stopsig/usr1.log"), 1).await;
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: id.clone(),
-            timeout: 20,
-        })
-        .await
-        .unwrap();
+    env.log_lines("stopsig", "usr1", 1).await;
+    env.stop(&id, 20).await;
     assert_eq!(env.status(&id).await.exit_code, 7);
     env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopen_container_log_after_rotation() {
-    if !is_root() {
-        return skip(
-            "reopen_container_log_after_rotation",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("reopen_container_log_after_rotation").await else {
+        return;
+    };
     let pod = env.pod("rotate").await;
     let id = env
         .run(
@@ -307,13 +253,7 @@ async fn reopen_container_log_after_rotation() {
         fresh.len() >= 2 && fresh[0].2.starts_with("tick-"),
         "{fresh:?}"
     );
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: id.clone(),
-            timeout: 0,
-        })
-        .await
-        .unwrap();
+    env.stop(&id, 0).await;
     let err = env
         .rt
         .reopen_container_log(api::ReopenContainerLogRequest { container_id: id })

@@ -10,13 +10,9 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_readopts_running_and_reports_exited() {
-    if !is_root() {
-        return skip(
-            "restart_readopts_running_and_reports_exited",
-            "root (real or mapped)",
-        );
-    }
-    let env = Env::new().await;
+    let Some(env) = Env::for_test("restart_readopts_running_and_reports_exited").await else {
+        return;
+    };
     let pod = env.pod("recover").await;
     let long = env
         .run(&pod, shell("long", "echo up; exec sleep 1000"))
@@ -25,7 +21,7 @@ async fn restart_readopts_running_and_reports_exited() {
     let short = env
         .run(&pod, shell("short", "read line < /dev/shm/go 2>/dev/null; while [ ! -e /dev/shm/go ]; do sleep 0.05; done; exit 4"))
         .await;
-    read_log(&env.logs().join("recover/long.log"), 1).await;
+    env.log_lines("recover", "long", 1).await;
     let long_pid = {
         let st = env
             .rt
@@ -68,24 +64,9 @@ async fn restart_readopts_running_and_reports_exited() {
     // The re-adopted container is fully controllable: exec, stop.
     let r = env.exec(&long, &["echo", "still here"]).await;
     assert_eq!(r.stdout, b"still here\n");
-    env.rt
-        .stop_container(api::StopContainerRequest {
-            container_id: long.clone(),
-            timeout: 1,
-        })
-        .await
-        .unwrap();
+    env.stop(&long, 1).await;
     assert_eq!(env.status(&long).await.exit_code, 137);
-    let s = env
-        .rt
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.0.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let s = env.pod_status(&pod.0, false).await.status.unwrap();
     assert_eq!(s.state, api::PodSandboxState::SandboxReady as i32);
     // Names stay reserved across the restart.
     let err = env.create(&pod, shell("long", "true")).await.unwrap_err();

@@ -319,6 +319,24 @@ impl Index {
     pub fn containers(&self) -> Vec<Arc<ContainerEntry>> {
         read(&self.containers).values().cloned().collect()
     }
+    /// Snapshots of the sandboxes whose id starts with `id_prefix` (empty: all).
+    pub fn sandbox_records(&self, id_prefix: &str) -> Vec<SandboxRecord> {
+        self.sandboxes()
+            .iter()
+            .map(|e| e.snapshot())
+            .filter(|r| r.id.starts_with(id_prefix))
+            .collect()
+    }
+
+    /// Snapshots of the containers matching id and sandbox id prefixes (empty: any).
+    pub fn container_records(&self, id_prefix: &str, sandbox_prefix: &str) -> Vec<ContainerRecord> {
+        self.containers()
+            .iter()
+            .map(|e| e.snapshot())
+            .filter(|r| r.id.starts_with(id_prefix) && r.sandbox_id.starts_with(sandbox_prefix))
+            .collect()
+    }
+
     pub fn containers_of(&self, sandbox_id: &str) -> Vec<Arc<ContainerEntry>> {
         self.containers()
             .into_iter()

@@ -12,6 +12,24 @@ fn u64v(value: u64) -> Option<api::UInt64Value> {
     Some(api::UInt64Value { value })
 }
 
+fn cpu_usage(now: i64, usage: &Usage) -> api::CpuUsage {
+    api::CpuUsage {
+        timestamp: now,
+        usage_core_nano_seconds: u64v(usage.cpu_ns),
+        usage_nano_cores: None,
+    }
+}
+
+fn memory_usage(now: i64, usage: &Usage) -> api::MemoryUsage {
+    api::MemoryUsage {
+        timestamp: now,
+        working_set_bytes: u64v(usage.working_set),
+        usage_bytes: u64v(usage.memory_usage),
+        rss_bytes: u64v(usage.rss),
+        ..Default::default()
+    }
+}
+
 /// Bytes in the container's writable layer: its state dir on the same filesystem (an overlay
 /// rootfs is another mount and is skipped; a copied rootfs is all writable).
 fn writable_bytes(dir: &Path) -> (u64, u64) {
@@ -64,20 +82,8 @@ impl ProcessRuntime {
                 labels: config.labels,
                 annotations: config.annotations,
             }),
-            cpu: Some(api::CpuUsage {
-                timestamp: now,
-                usage_core_nano_seconds: u64v(usage.cpu_ns),
-                usage_nano_cores: None,
-            }),
-            memory: Some(api::MemoryUsage {
-                timestamp: now,
-                working_set_bytes: u64v(usage.working_set),
-                available_bytes: None,
-                usage_bytes: u64v(usage.memory_usage),
-                rss_bytes: u64v(usage.rss),
-                page_faults: None,
-                major_page_faults: None,
-            }),
+            cpu: Some(cpu_usage(now, &usage)),
+            memory: Some(memory_usage(now, &usage)),
             writable_layer: Some(api::FilesystemUsage {
                 timestamp: now,
                 fs_id: Some(api::FilesystemIdentifier {
@@ -102,13 +108,8 @@ impl ProcessRuntime {
         let filter = filter.unwrap_or_default();
         self.shared
             .index
-            .containers()
+            .container_records(&filter.id, &filter.pod_sandbox_id)
             .into_iter()
-            .map(|e| e.snapshot())
-            .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
-            .filter(|r| {
-                filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id)
-            })
             .filter(|r| {
                 r.config()
                     .map(|c| labels_match(&filter.label_selector, &c.labels))
@@ -162,17 +163,8 @@ impl ProcessRuntime {
                 annotations: config.annotations,
             }),
             linux: Some(api::LinuxPodSandboxStats {
-                cpu: Some(api::CpuUsage {
-                    timestamp: now,
-                    usage_core_nano_seconds: u64v(usage.cpu_ns),
-                    usage_nano_cores: None,
-                }),
-                memory: Some(api::MemoryUsage {
-                    timestamp: now,
-                    working_set_bytes: u64v(usage.working_set),
-                    usage_bytes: u64v(usage.memory_usage),
-                    ..Default::default()
-                }),
+                cpu: Some(cpu_usage(now, &usage)),
+                memory: Some(memory_usage(now, &usage)),
                 network: None,
                 process: Some(api::ProcessUsage {
                     timestamp: now,
@@ -196,10 +188,8 @@ impl ProcessRuntime {
         let filter = filter.unwrap_or_default();
         self.shared
             .index
-            .sandboxes()
+            .sandbox_records(&filter.id)
             .into_iter()
-            .map(|e| e.snapshot())
-            .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
             .filter(|r| {
                 r.config()
                     .map(|c| labels_match(&filter.label_selector, &c.labels))

@@ -74,6 +74,15 @@ pub fn options(dir: &Path, images: &ImageStore) -> RuntimeOptions {
 }
 
 impl Env {
+    /// A fresh runtime, or None (after printing SKIP) without root of some kind.
+    pub async fn for_test(test: &str) -> Option<Env> {
+        if !is_root() {
+            skip(test, "root (real or mapped)");
+            return None;
+        }
+        Some(Env::new().await)
+    }
+
     pub async fn new() -> Env {
         let fx = process_fixtures();
         // Short paths: libcontainer puts unix sockets under the runtime root.
@@ -170,6 +179,36 @@ impl Env {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    pub async fn stop(&self, id: &str, timeout: i64) {
+        self.rt
+            .stop_container(api::StopContainerRequest {
+                container_id: id.to_string(),
+                timeout,
+            })
+            .await
+            .expect("stop container");
+    }
+
+    pub async fn pod_status(&self, id: &str, verbose: bool) -> api::PodSandboxStatusResponse {
+        self.rt
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose,
+            })
+            .await
+            .expect("pod sandbox status")
+    }
+
+    /// The contents of the first `want` lines of `<logs>/<pod>/<container>.log`.
+    pub async fn log_lines(&self, pod: &str, container: &str, want: usize) -> Vec<String> {
+        let path = self.logs().join(pod).join(format!("{container}.log"));
+        read_log(&path, want)
+            .await
+            .into_iter()
+            .map(|l| l.2)
+            .collect()
     }
 
     pub async fn exec(&self, id: &str, cmd: &[&str]) -> api::ExecSyncResponse {

@@ -14,13 +14,8 @@ impl ProcessRuntime {
         let mut out: Vec<api::Container> = self
             .shared
             .index
-            .containers()
+            .container_records(&filter.id, &filter.pod_sandbox_id)
             .into_iter()
-            .map(|e| e.snapshot())
-            .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
-            .filter(|r| {
-                filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id)
-            })
             .filter(|r| {
                 filter
                     .state

@@ -22,10 +22,8 @@ impl ProcessRuntime {
         let mut out: Vec<api::PodSandbox> = self
             .shared
             .index
-            .sandboxes()
+            .sandbox_records(&filter.id)
             .into_iter()
-            .map(|e| e.snapshot())
-            .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
             .filter(|r| {
                 filter
                     .state
