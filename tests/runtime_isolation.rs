@@ -159,6 +159,20 @@ async fn security_context_is_honoured() {
         sc.run_as_user = Some(api::Int64Value { value: 1000 });
         sc.supplemental_groups = vec![4242];
     });
+    let mut extra = shell("extra", "");
+    extra.image.as_mut().unwrap().image = EXTRA.to_string();
+    extra.command = vec![];
+    extra.args = vec!["id -un; pwd; cat /opt/extra/hello".into()];
+    if !is_real_root() {
+        // As mapped root only uid/gid 0 exist: a clear InvalidArgument, not a failed start.
+        for config in [user, extra] {
+            let err = env.create(&pod, config).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+            assert!(err.message().contains("not mapped"), "{err}");
+        }
+        env.cleanup().await;
+        return;
+    }
     let user = env.run(&pod, user).await;
     env.wait_exit(&user).await;
     let lines = env.log_lines("secctx", "user", 3).await;
@@ -173,10 +187,6 @@ async fn security_context_is_honoured() {
     assert_eq!((linux_user.uid, linux_user.gid), (1000, 1000));
 
     // The image's User (app) and WorkingDir, and command/args merging with its entrypoint.
-    let mut extra = shell("extra", "");
-    extra.image.as_mut().unwrap().image = EXTRA.to_string();
-    extra.command = vec![];
-    extra.args = vec!["id -un; pwd; cat /opt/extra/hello".into()];
     let extra = env.run(&pod, extra).await;
     env.wait_exit(&extra).await;
     let lines = env.log_lines("secctx", "extra", 3).await;

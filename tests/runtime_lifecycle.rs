@@ -216,6 +216,14 @@ async fn stop_signal_comes_from_the_image() {
         "trap 'exit 7' USR1; trap 'exit 9' TERM; echo ready; while true; do sleep 0.1; done".into(),
     ];
     config.image.as_mut().unwrap().image = EXTRA.to_string();
+    // Root instead of the image's `app`, which does not exist as mapped root (rootless runs).
+    config.linux = Some(api::LinuxContainerConfig {
+        resources: None,
+        security_context: Some(api::LinuxContainerSecurityContext {
+            run_as_user: Some(api::Int64Value { value: 0 }),
+            ..Default::default()
+        }),
+    });
     let id = env.run(&pod, config).await;
     env.log_lines("stopsig", "usr1", 1).await;
     env.stop(&id, 20).await;

@@ -95,9 +95,11 @@ pub struct ProcessRuntime {
     rootless: bool,
     /// The runtime's own RLIMIT_NOFILE hard limit: containers get at most this.
     max_nofile: u64,
+    /// Which uids/gids containers may use (all on the host; few as mapped root).
+    ids: spec::IdMapping,
     shim_start_timeout: Duration,
-    /// The "limits not enforced" notice is logged once.
-    cgroup_notice: std::sync::Once,
+    /// Host-wide notices already logged (each once).
+    notices: Mutex<std::collections::HashSet<String>>,
     /// Dropped with the runtime: every watcher waits on it.
     shutdown: tokio::sync::watch::Sender<()>,
 }
@@ -155,12 +157,20 @@ impl ProcessRuntime {
             node_ip,
             rootless: is_rootless(),
             max_nofile,
+            ids: read_id_mapping(),
             shim_start_timeout: opts.shim_start_timeout,
-            cgroup_notice: std::sync::Once::new(),
+            notices: Mutex::new(Default::default()),
             shutdown: tokio::sync::watch::channel(()).0,
         });
         runtime.recover().await?;
         Ok(runtime)
+    }
+
+    /// Logs a host-wide notice (a rootless limitation) the first time only.
+    fn notice_once(&self, notice: &str) {
+        if state::lock(&self.notices).insert(notice.to_string()) {
+            tracing::info!("{notice}");
+        }
     }
 
     fn now(&self) -> i64 {
@@ -177,6 +187,11 @@ fn is_rootless() -> bool {
         })
         .unwrap_or(false);
     !(nix::unistd::geteuid().is_root() && identity)
+}
+
+fn read_id_mapping() -> spec::IdMapping {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/self/{f}")).unwrap_or_default();
+    spec::IdMapping::parse(&read("uid_map"), &read("gid_map"), &read("setgroups"))
 }
 
 /// The address of the interface holding the default route (a UDP connect sends nothing).

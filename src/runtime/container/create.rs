@@ -219,6 +219,7 @@ impl ProcessRuntime {
             cgroups_path: cgroups_path.clone(),
             rootless: self.rootless,
             max_nofile: self.max_nofile,
+            ids: &self.ids,
         })?;
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;
@@ -281,11 +282,11 @@ impl ProcessRuntime {
         }
     }
 
+    /// Host-wide notices (rootless limitations) are logged once; the rest per container.
     fn log_warnings(&self, id: &str, warnings: &[String]) {
         for w in warnings {
-            if w.starts_with("cgroups unavailable") {
-                // Said once: it is a property of the host, not of the container.
-                self.cgroup_notice.call_once(|| tracing::info!("{w}"));
+            if w.contains("(rootless)") {
+                self.notice_once(w);
             } else {
                 tracing::warn!(container = %id, "{w}");
             }

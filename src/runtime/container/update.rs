@@ -28,11 +28,9 @@ impl ProcessRuntime {
         {
             self.cgroups.update(path, &resources)?;
         } else if !self.cgroups.available() {
-            self.cgroup_notice.call_once(|| {
-                tracing::info!(
-                    "cgroups unavailable (rootless): cpu/memory/pids limits are not enforced"
-                )
-            });
+            self.notice_once(
+                "cgroups unavailable (rootless): cpu/memory/pids limits are not enforced",
+            );
         }
         entry.update(|r| r.resources = prost::Message::encode_to_vec(&resources))?;
         Ok(())

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use mounts::PodFiles;
-pub use process::{EtcFiles, ResolvedUser};
+pub use process::{EtcFiles, IdMapping, ResolvedUser};
 
 /// How the container joins the pod's namespaces.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +46,7 @@ pub struct SpecInputs<'a> {
     pub rootless: bool,
     /// Upper bound for RLIMIT_NOFILE (the runtime's own hard limit).
     pub max_nofile: u64,
+    pub ids: &'a IdMapping,
 }
 
 /// The bundle's config.json plus what the runtime keeps beside it.
@@ -187,11 +188,14 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         &config.working_dir,
         image.and_then(|i| i.working_dir().as_deref()),
     )?;
-    let user = process::resolve_user(
+    let mut user = process::resolve_user(
         security,
         image.and_then(|i| i.user().as_deref()),
         inputs.etc,
     )?;
+    if let Some(note) = inputs.ids.restrict(&mut user)? {
+        warnings.push(note);
+    }
 
     let mut oci_user = UserBuilder::default()
         .uid(user.uid)

@@ -93,6 +93,73 @@ pub struct ResolvedUser {
     pub username: Option<String>,
 }
 
+/// The ids usable in the runtime's user namespace (`/proc/self/{uid,gid}_map`, `setgroups`).
+/// On the host everything is mapped; as mapped root in a user namespace often only 0 is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdMapping {
+    /// (first id inside, count) ranges.
+    pub uids: Vec<(u32, u32)>,
+    pub gids: Vec<(u32, u32)>,
+    pub setgroups_allowed: bool,
+}
+
+impl IdMapping {
+    pub fn host() -> IdMapping {
+        IdMapping {
+            uids: vec![(0, u32::MAX)],
+            gids: vec![(0, u32::MAX)],
+            setgroups_allowed: true,
+        }
+    }
+
+    /// Parses the contents of uid_map, gid_map and setgroups.
+    pub fn parse(uid_map: &str, gid_map: &str, setgroups: &str) -> IdMapping {
+        let ranges = |map: &str| {
+            map.lines()
+                .filter_map(|l| {
+                    let f: Vec<u32> = l
+                        .split_whitespace()
+                        .filter_map(|v| v.parse().ok())
+                        .collect();
+                    (f.len() == 3).then(|| (f[0], f[2]))
+                })
+                .collect()
+        };
+        IdMapping {
+            uids: ranges(uid_map),
+            gids: ranges(gid_map),
+            setgroups_allowed: setgroups.trim() != "deny",
+        }
+    }
+
+    fn contains(ranges: &[(u32, u32)], id: u32) -> bool {
+        ranges
+            .iter()
+            .any(|(start, len)| id >= *start && u64::from(id) < u64::from(*start) + u64::from(*len))
+    }
+
+    /// Checks the user can exist here; drops supplementary groups that cannot (with a note).
+    pub fn restrict(&self, user: &mut ResolvedUser) -> Result<Option<String>> {
+        if !Self::contains(&self.uids, user.uid) || !Self::contains(&self.gids, user.gid) {
+            return Err(RuntimeError::invalid(format!(
+                "user {}:{} is not mapped in the runtime's user namespace (rootless runtime)",
+                user.uid, user.gid
+            )));
+        }
+        let before = user.additional_gids.clone();
+        if !self.setgroups_allowed {
+            user.additional_gids.clear();
+        } else {
+            user.additional_gids
+                .retain(|g| Self::contains(&self.gids, *g));
+        }
+        // Worded without the ids: the caller logs each distinct notice once.
+        Ok((before != user.additional_gids).then(|| {
+            "supplementary groups are dropped (rootless): setgroups is denied or the groups are not mapped in this user namespace".to_string()
+        }))
+    }
+}
+
 /// The contents of the rootfs's /etc/passwd and /etc/group (None when missing).
 #[derive(Clone, Debug, Default)]
 pub struct EtcFiles {
@@ -400,6 +467,42 @@ mod tests {
                 (want, got) => panic!("{image_user:?}: want {want:?}, got {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn id_mapping_restricts_users() {
+        let host = IdMapping::host();
+        let mut u = ResolvedUser {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![1000, 10],
+            username: None,
+        };
+        assert_eq!(host.restrict(&mut u.clone()).unwrap(), None);
+        let userns = IdMapping::parse("         0    1000          1\n", "0 1000 1\n", "deny\n");
+        assert_eq!(userns.uids, vec![(0, 1)]);
+        assert!(!userns.setgroups_allowed);
+        assert!(matches!(
+            userns.restrict(&mut u),
+            Err(RuntimeError::InvalidArgument(_))
+        ));
+        let mut root = ResolvedUser {
+            uid: 0,
+            gid: 0,
+            additional_gids: vec![0, 10],
+            username: None,
+        };
+        assert!(userns.restrict(&mut root).unwrap().is_some());
+        assert!(root.additional_gids.is_empty());
+        let wide = IdMapping::parse("0 100000 65536", "0 100000 65536", "allow");
+        let mut g = ResolvedUser {
+            uid: 5,
+            gid: 5,
+            additional_gids: vec![5, 70000],
+            username: None,
+        };
+        assert!(wide.restrict(&mut g).unwrap().is_some());
+        assert_eq!(g.additional_gids, vec![5]);
     }
 
     #[test]

@@ -71,6 +71,7 @@ impl Case {
             cgroups_path: self.cgroups.clone(),
             rootless: self.rootless,
             max_nofile: u64::MAX,
+            ids: &IdMapping::host(),
         })
     }
 }
