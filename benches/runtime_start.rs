@@ -56,8 +56,14 @@ fn container() -> api::ContainerConfig {
     }
 }
 
-async fn start_one(rt: &ProcessRuntime, i: usize, logs: &std::path::Path) -> anyhow::Result<()> {
+/// Times of the three calls.
+async fn start_one(
+    rt: &ProcessRuntime,
+    i: usize,
+    logs: &std::path::Path,
+) -> anyhow::Result<[Duration; 3]> {
     let config = pod(i, logs);
+    let t0 = Instant::now();
     let pod_id = rt
         .run_pod_sandbox(api::RunPodSandboxRequest {
             config: Some(config.clone()),
@@ -65,6 +71,7 @@ async fn start_one(rt: &ProcessRuntime, i: usize, logs: &std::path::Path) -> any
         })
         .await?
         .pod_sandbox_id;
+    let t1 = Instant::now();
     let container_id = rt
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: pod_id,
@@ -73,9 +80,10 @@ async fn start_one(rt: &ProcessRuntime, i: usize, logs: &std::path::Path) -> any
         })
         .await?
         .container_id;
+    let t2 = Instant::now();
     rt.start_container(api::StartContainerRequest { container_id })
         .await?;
-    Ok(())
+    Ok([t1 - t0, t2 - t1, t2.elapsed()])
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -101,12 +109,19 @@ async fn main() -> anyhow::Result<()> {
         start_one(&rt, pods + i, &logs).await?;
     }
     let mut times = Vec::with_capacity(pods);
+    let mut phases: [Vec<Duration>; 3] = Default::default();
     for i in 0..pods {
         let t0 = Instant::now();
-        start_one(&rt, i, &logs).await?;
+        let parts = start_one(&rt, i, &logs).await?;
         times.push(t0.elapsed());
+        for (phase, took) in phases.iter_mut().zip(parts) {
+            phase.push(took);
+        }
     }
     times.sort();
+    for phase in phases.iter_mut() {
+        phase.sort();
+    }
     let median = percentile(&times, 0.5);
     println!(
         "runp: {pods} pods, RunPodSandbox+CreateContainer+StartContainer: median {:.1} ms, p90 {:.1} ms, min {:.1} ms, max {:.1} ms",
@@ -114,6 +129,12 @@ async fn main() -> anyhow::Result<()> {
         ms(percentile(&times, 0.9)),
         ms(times[0]),
         ms(times[times.len() - 1])
+    );
+    println!(
+        "runp: medians by call: RunPodSandbox {:.1} ms, CreateContainer {:.1} ms, StartContainer {:.1} ms",
+        ms(percentile(&phases[0], 0.5)),
+        ms(percentile(&phases[1], 0.5)),
+        ms(percentile(&phases[2], 0.5))
     );
     println!("RUNP_MEDIAN_MS={:.3}", ms(median));
     let t0 = Instant::now();
