@@ -3,7 +3,7 @@
 use crate::jail::{self, PodNamespacePaths, ShimReport, ShimSpec};
 use crate::runtime::ProcessRuntime;
 use crate::runtime::error::{Result, RuntimeError};
-use crate::runtime::state::ProcessRecord;
+use crate::runtime::state::{ProcessRecord, write_volatile_json};
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -40,7 +40,9 @@ pub(crate) fn signal(pidfd: &impl AsFd, sig: i32) -> Result<()> {
 impl ProcessRuntime {
     /// Writes `shim.json`, starts `runp shim <state_dir>` and waits for its report.
     pub(crate) async fn start_shim(&self, state_dir: &Path, spec: ShimSpec) -> Result<StartedShim> {
-        jail::write_shim_spec(state_dir, &spec)?;
+        // Not jail::write_shim_spec: that one fsyncs, and shim.json is read at once and never
+        // again (see write_volatile).
+        write_volatile_json(&state_dir.join(jail::SHIM_SPEC_FILE), &spec)?;
         let spawned = jail::spawn_shim(&self.runp_exe, state_dir)?;
         let shim_pid = spawned.pid;
         // The shim's exit is observed through its pidfd; its wait status is of no interest.

@@ -39,6 +39,19 @@ impl Layout {
     }
 }
 
+/// Writes a file that only matters while the machine stays up (the pod's hosts file, a bundle's
+/// config.json, shim.json): no fsync. Durability comes from the record written afterwards; after
+/// a power loss every process is gone and these files are rebuilt. Saves ~10 ms per file here.
+pub fn write_volatile(path: &Path, contents: &[u8]) -> Result<()> {
+    std::fs::write(path, contents).map_err(RuntimeError::io("writing", path))
+}
+
+pub fn write_volatile_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| RuntimeError::Internal(format!("serializing {}: {e}", path.display())))?;
+    write_volatile(path, &bytes)
+}
+
 /// Messages stored as protobuf bytes (base64) so the CRI config round-trips losslessly.
 mod pb {
     use super::*;

@@ -9,9 +9,8 @@ use crate::runtime::monitor::container_event;
 use crate::runtime::spec::{self, EtcFiles, PodFiles, PodNamespaces, SpecInputs};
 use crate::runtime::state::{
     ContainerEntry, ContainerRecord, ContainerState, SandboxRecord, SandboxState, UserRecord,
-    container_name_key,
+    container_name_key, write_volatile_json,
 };
-use crate::util::atomic_file::write_json_atomic;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -224,8 +223,7 @@ impl ProcessRuntime {
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;
         let bundle_config = dir.join("bundle").join("config.json");
-        write_json_atomic(&bundle_config, &built.spec)
-            .map_err(RuntimeError::io("writing", &bundle_config))?;
+        write_volatile_json(&bundle_config, &built.spec)?;
         let resources = config
             .linux
             .as_ref()

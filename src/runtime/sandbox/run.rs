@@ -8,9 +8,8 @@ use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::ids::new_id;
 use crate::runtime::monitor::watch_infra;
 use crate::runtime::state::{
-    NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, sandbox_name_key,
+    NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, sandbox_name_key, write_volatile,
 };
-use crate::util::atomic_file::write_atomic;
 use nix::mount::{MsFlags, mount};
 use std::path::Path;
 use std::sync::Arc;
@@ -99,7 +98,7 @@ impl ProcessRuntime {
         };
         let write = |name: &str, content: &[u8]| {
             let path = dir.join(name);
-            write_atomic(&path, content).map_err(RuntimeError::io("writing", &path))
+            write_volatile(&path, content)
         };
         write("hostname", files::hostname_file(&hostname).as_bytes())?;
         if host_network {
@@ -217,5 +216,5 @@ fn copy_host_file(from: &str, to: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(RuntimeError::io("reading", from)(e)),
     };
-    write_atomic(to, &content).map_err(RuntimeError::io("writing", to))
+    write_volatile(to, &content)
 }
