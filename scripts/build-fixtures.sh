@@ -56,6 +56,7 @@ mktar() { # mktar OUT.tar DIR OWNER GROUP PATHS... (appends when OUT.tar exists)
   local out="$1" dir="$2" owner="$3" group="$4"; shift 4
   local mode=-c; [ -f "$out" ] && mode=-r
   tar "$mode" -f "$out" -C "$dir" --format=pax --sort=name --numeric-owner \
+    --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
     --owner="$owner" --group="$group" --no-recursion "$@"
 }
 

@@ -422,3 +422,99 @@ fn concurrent_imports_of_one_image_both_succeed() {
         "no staging left"
     );
 }
+
+#[test]
+fn garbage_collection_waits_for_running_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    let store = open_store(dir.path());
+    let record = import_fixture(&store, "busybox-oci");
+    // An import in progress (its staging area is held) may be reusing these layers.
+    let running =
+        runp::image::import::staging::Staging::create(&root.join("tmp"), "import").unwrap();
+    store.remove(&record.id, false).unwrap();
+    assert!(matches!(
+        store.resolve(&record.id),
+        Err(ImageError::NotFound(_))
+    ));
+    assert!(
+        store.layer_tree(&record.layers[0]).is_some(),
+        "collection deferred"
+    );
+    drop(running);
+    // The next opening of the store collects what was left.
+    let reopened = open_store(dir.path());
+    assert!(reopened.layer_tree(&record.layers[0]).is_none());
+    assert_eq!(fs::read_dir(root.join("blobs/sha256")).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_multi_platform_index_resolves_to_linux_amd64() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("layout");
+    let tar = LayerBuilder::new().file("amd64", b"yes").finish();
+    let id = write_oci_layout(
+        &layout,
+        &[TestImage::new(
+            "test.io/multi:1",
+            vec![(tar, Compress::Gzip)],
+        )],
+    )
+    .remove(0);
+    // Wrap the written manifest in a platform index; the arm64 entry's blob is absent (as when
+    // only one platform was copied) and must not be needed.
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let manifest = index["manifests"][0].clone();
+    let platform_index = |amd64: bool| {
+        let mut amd = manifest.clone();
+        amd["platform"] = serde_json::json!({"os": "linux", "architecture": if amd64 { "amd64" } else { "s390x" }});
+        amd.as_object_mut().unwrap().remove("annotations");
+        let arm = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": sha(b"not stored"), "size": 10,
+            "platform": {"os": "linux", "architecture": "arm64"},
+        });
+        let nested = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [arm, amd],
+        });
+        let bytes = serde_json::to_vec(&nested).unwrap();
+        let digest = put_blob(&layout, &bytes);
+        let top = serde_json::json!({"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": digest, "size": bytes.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "test.io/multi:1"},
+        }]});
+        fs::write(layout.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
+    };
+
+    platform_index(false);
+    let store = open_store(dir.path());
+    let err = store.import(&layout).unwrap_err();
+    assert!(matches!(err, ImageError::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("linux/arm64"), "{err}");
+
+    platform_index(true);
+    let record = store.import(&layout).unwrap().remove(0);
+    assert_eq!(record.id, id);
+    assert_eq!(record.repo_tags, vec!["test.io/multi:1"]);
+    // The name's digest is the index's (what `name@digest` pulls), not the platform manifest's.
+    let top: serde_json::Value =
+        serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let index_digest = top["manifests"][0]["digest"].as_str().unwrap();
+    assert_eq!(
+        record.repo_digests,
+        vec![format!("test.io/multi@{index_digest}")]
+    );
+    assert_ne!(record.manifests[0].to_string(), index_digest);
+    assert_eq!(
+        store
+            .resolve(&format!("test.io/multi@{index_digest}"))
+            .unwrap()
+            .id,
+        id
+    );
+}

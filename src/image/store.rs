@@ -43,6 +43,9 @@ pub enum RootfsPolicy {
 pub struct StoreOptions {
     pub clock: Clock,
     pub rootfs: RootfsPolicy,
+    /// Unpack new layers with OCI whiteout files even where the overlay form is possible
+    /// (such layers are only ever used through the copy fallback).
+    pub portable_layers: bool,
 }
 
 impl Default for StoreOptions {
@@ -50,6 +53,7 @@ impl Default for StoreOptions {
         StoreOptions {
             clock: Arc::new(SystemTime::now),
             rootfs: RootfsPolicy::Auto,
+            portable_layers: false,
         }
     }
 }
@@ -121,13 +125,14 @@ impl ImageStore {
                 .context(|| format!("securing {}", paths.root.display()))?;
         }
         let blobs = BlobDir::create(paths.root.join("blobs").join("sha256"))?;
-        let caps = {
-            let _lock = StoreLock::exclusive(&paths.lock)?;
-            staging::remove_stale(&paths.tmp)?;
-            HostCaps::probe(&paths.tmp)
-        };
+        let _lock = StoreLock::exclusive(&paths.lock)?;
+        staging::remove_stale(&paths.tmp)?;
+        let mut caps = HostCaps::probe(&paths.tmp);
+        if options.portable_layers {
+            caps.layer_format = super::unpack::LayerFormat::Portable;
+        }
         tracing::debug!(root = %paths.root.display(), ?caps, "opened image store");
-        Ok(ImageStore {
+        let store = ImageStore {
             inner: Arc::new(Inner {
                 paths,
                 blobs,
@@ -136,7 +141,15 @@ impl ImageStore {
                 records_cache: Mutex::new(None),
                 rootfs_logged: OnceLock::new(),
             }),
-        })
+        };
+        // Garbage a crash or a deferred collection left behind (e.g. layers moved in by an
+        // import that died before writing its records).
+        let paths = &store.inner.paths;
+        store.collect_garbage(
+            &Records::load(&paths.records)?,
+            &lease::read_all(&paths.leases)?,
+        )?;
+        Ok(store)
     }
 
     pub fn root(&self) -> &Path {
@@ -189,12 +202,17 @@ impl ImageStore {
     }
 
     /// Deletes layers and blobs that no record and no lease refers to. Call under the lock.
+    /// Deferred while an import is running: it may have chosen to reuse what looks unused.
     pub(crate) fn collect_garbage(
         &self,
         records: &Records,
         leases: &[lease::Lease],
     ) -> Result<(), ImageError> {
         let paths = &self.inner.paths;
+        if staging::any_live(&paths.tmp)? {
+            tracing::debug!("an import is running: garbage collection deferred");
+            return Ok(());
+        }
         let live_layers: BTreeSet<String> = records
             .images
             .iter()

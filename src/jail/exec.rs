@@ -87,6 +87,7 @@ fn start(spec: &ExecSpec, stdout: OwnedFd, stderr: OwnedFd) -> Result<(Pid, Owne
         .map_err(|err| JailError::io("cannot open /dev/null", err))?;
     let executor = JailExecutor {
         helper_liveness: Some((live_r.as_raw_fd(), live_w.as_raw_fd())),
+        ..JailExecutor::default()
     };
     let pid = ContainerBuilder::new(spec.container_id.clone(), SyscallType::default())
         .with_executor(executor)

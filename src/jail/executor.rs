@@ -2,6 +2,7 @@
 //! container process right before `execve`, after libcontainer set up namespaces, rootfs,
 //! credentials and capabilities.
 
+use super::error::error_chain;
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
@@ -13,6 +14,9 @@ pub(crate) struct JailExecutor {
     /// Exec processes only: the pipe whose write end the helper holds. The process dies with the
     /// helper (PR_SET_PDEATHSIG) and checks the helper is still alive after arming it.
     pub helper_liveness: Option<(RawFd, RawFd)>,
+    /// Container inits only: a close-on-exec pipe the shim reads; exec closes it, a failed exec
+    /// writes its error there.
+    pub exec_notify: Option<RawFd>,
 }
 
 impl Executor for JailExecutor {
@@ -23,7 +27,13 @@ impl Executor for JailExecutor {
         if let Some((read_end, write_end)) = self.helper_liveness {
             tie_to_helper(read_end, write_end)?;
         }
-        DefaultExecutor {}.exec(spec)
+        let result = DefaultExecutor {}.exec(spec);
+        if let (Err(err), Some(fd)) = (&result, self.exec_notify) {
+            let message = error_chain(err);
+            // SAFETY: writing a buffer we own to an fd this process holds.
+            unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
+        }
+        result
     }
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {

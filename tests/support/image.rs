@@ -47,14 +47,6 @@ pub fn open_store(dir: &Path) -> ImageStore {
     ImageStore::open(dir.join("images")).expect("open store")
 }
 
-pub fn open_copy_store(dir: &Path) -> ImageStore {
-    let options = StoreOptions {
-        rootfs: RootfsPolicy::CopyOnly,
-        ..StoreOptions::default()
-    };
-    ImageStore::open_with(dir.join("images"), options).expect("open store")
-}
-
 /// Every path under `root` with its type, size and content hash: to prove a failed operation
 /// left a store exactly as it was. The lock file and empty `tmp/` are part of a valid store.
 pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
@@ -371,7 +363,7 @@ impl TestImage {
     }
 }
 
-fn put_blob(layout: &Path, data: &[u8]) -> String {
+pub fn put_blob(layout: &Path, data: &[u8]) -> String {
     let digest = sha(data);
     let path = layout.join("blobs/sha256").join(&digest["sha256:".len()..]);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -456,4 +448,32 @@ pub fn tar_dir(dir: &Path, out: &Path) {
 /// The layer diff_id of an uncompressed tar, as the store names it.
 pub fn diff_id(tar: &[u8]) -> Digest {
     Digest::parse(&sha(tar)).unwrap()
+}
+
+pub fn open_store_with(dir: &Path, rootfs: RootfsPolicy, portable_layers: bool) -> ImageStore {
+    let options = StoreOptions {
+        rootfs,
+        portable_layers,
+        ..StoreOptions::default()
+    };
+    ImageStore::open_with(dir.join("images"), options).expect("open store")
+}
+
+/// How many mounts sit at `path` (from /proc/self/mountinfo).
+pub fn mounts_at(path: &Path) -> usize {
+    let wanted = path.to_str().unwrap();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|line| line.split(' ').nth(4) == Some(wanted))
+        .count()
+}
+
+/// Imports one fixture (by file name under `rootfs-fixtures/build`) and returns its record.
+pub fn import_fixture(store: &ImageStore, name: &str) -> runp::image::ImageRecord {
+    let mut records = store
+        .import(&fixtures().join(name))
+        .expect("import fixture");
+    assert_eq!(records.len(), 1, "{name} holds one image");
+    records.remove(0)
 }

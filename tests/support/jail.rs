@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
+/// The runp binary under test; `RUNP_TEST_EXE` picks another build (e.g. release, to measure).
 pub fn runp_exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_runp"))
+    std::env::var_os("RUNP_TEST_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_runp")))
 }
 
 /// Real root: euid 0 in the initial user namespace (identity uid map).
@@ -38,6 +41,15 @@ pub fn skip_unless(test: &str, met: bool, needs: &str) -> bool {
         eprintln!("SKIP: {test}: needs {needs}");
     }
     !met
+}
+
+/// Containers need root, real or mapped in a user namespace.
+pub fn skip_without_root(test: &str) -> bool {
+    skip_unless(
+        test,
+        is_ns_root(),
+        "root (real or mapped in a user namespace)",
+    )
 }
 
 pub fn unique_id(name: &str) -> String {
@@ -142,12 +154,10 @@ pub fn base_spec(rootfs: &Path, args: &[&str]) -> Spec {
         .namespaces(namespaces)
         .masked_paths(oci_spec::runtime::get_default_maskedpaths())
         .readonly_paths(get_default_readonly_paths());
-    if real_root {
-        linux = linux.cgroups_path(PathBuf::from(format!(
-            "/runp-jail-test/{}",
-            unique_id("cg")
-        )));
-    }
+    linux = linux.cgroups_path(PathBuf::from(format!(
+        "/runp-jail-test/{}",
+        unique_id("cg")
+    )));
     let mut mounts = if real_root {
         get_default_mounts()
     } else {
@@ -204,6 +214,17 @@ pub struct Run {
     pub bundle: PathBuf,
     pub lc_root: PathBuf,
     pub log_path: PathBuf,
+    started: std::cell::RefCell<Vec<i32>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for pid in self.started.borrow().iter() {
+            if !is_dead(*pid) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(*pid), nix::sys::signal::SIGKILL);
+            }
+        }
+    }
 }
 
 impl Run {
@@ -218,6 +239,7 @@ impl Run {
             log_path: base.join("container.log"),
             dir: base,
             id,
+            started: Default::default(),
         };
         std::fs::create_dir_all(&run.state_dir).unwrap();
         std::fs::create_dir_all(&run.bundle).unwrap();
@@ -241,11 +263,15 @@ impl Run {
         start_shim(&self.state_dir, &self.shim_spec())
     }
 
-    /// Starts the shim and asserts the process started; returns (shim pid, process pid).
+    /// Starts the shim and asserts the process started; returns (shim pid, process pid). The
+    /// process is SIGKILLed when the test ends, also when it panics.
     pub fn start_ok(&self) -> (i32, i32) {
         let (shim, report) = self.start();
         match report {
-            ShimReport::Started { pid, .. } => (shim, pid),
+            ShimReport::Started { pid, .. } => {
+                self.started.borrow_mut().push(pid);
+                (shim, pid)
+            }
             ShimReport::Failed { message } => {
                 reap(shim);
                 panic!(
@@ -365,4 +391,65 @@ pub fn stream_lines(records: &[LogRecord], stream: &str) -> Vec<String> {
         }
     }
     lines
+}
+
+/// Output and outcome of one `spawn_exec`.
+pub struct ExecOutcome {
+    pub report: jail::ExecReport,
+    pub stdout: String,
+    pub stderr: String,
+    pub status: WaitStatus,
+}
+
+pub fn exec_spec(run: &Run, args: &[&str]) -> jail::ExecSpec {
+    jail::ExecSpec {
+        container_id: run.id.clone(),
+        libcontainer_root: run.lc_root.clone(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: vec![],
+        cwd: None,
+        tty: false,
+    }
+}
+
+/// Runs `spec` to completion: output read on threads, report received, helper reaped.
+pub fn exec_to_end(spec: &jail::ExecSpec) -> ExecOutcome {
+    use std::io::Read;
+    let spawned = jail::spawn_exec(&runp_exe(), spec).unwrap();
+    let read_all = |fd: std::os::fd::OwnedFd| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+            text
+        })
+    };
+    let stdout = read_all(spawned.stdout);
+    let stderr = read_all(spawned.stderr);
+    let mut report_rx = spawned.report;
+    let report = report_rx.recv_timeout(HANG_GUARD).unwrap();
+    let status = reap(spawned.helper_pid);
+    ExecOutcome {
+        report,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        status,
+    }
+}
+
+/// Whether `pid` is gone or a zombie (dead either way).
+pub fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG_GUARD;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

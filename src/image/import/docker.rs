@@ -54,6 +54,7 @@ pub fn candidates(
         found.push(Candidate {
             names,
             raw_refs,
+            name_digests: vec![manifest.digest.clone()],
             manifest,
             config: config_blob,
             config_json: config,

@@ -33,6 +33,9 @@ pub struct Candidate {
     /// The names as written in the source (also bare OCI `ref.name` tags), for selection.
     pub raw_refs: Vec<String>,
     pub manifest: StoredBlob,
+    /// What the names point at: the top-level descriptor's digest (a multi-platform index, or
+    /// the manifest itself). Repo digests are made from these, as containerd does.
+    pub name_digests: Vec<Digest>,
     pub config: StoredBlob,
     pub config_json: ImageConfiguration,
     pub layers: Vec<StoredBlob>,
@@ -142,7 +145,7 @@ fn select(
             c.raw_refs.iter().any(|r| r == wanted)
                 || normalized.as_ref().is_some_and(|w| match &w.digest {
                     Some(digest) => {
-                        *digest == c.manifest.digest
+                        (*digest == c.manifest.digest || c.name_digests.contains(digest))
                             && c.names.iter().any(|n| n.repository == w.repository)
                     }
                     None => c.names.iter().any(|n| n.tagged() == w.tagged()),
@@ -241,7 +244,7 @@ fn commit(
                 candidate
                     .names
                     .iter()
-                    .map(|n| n.with_digest(&candidate.manifest.digest)),
+                    .flat_map(|n| candidate.name_digests.iter().map(|d| n.with_digest(d))),
             ),
             size: candidate.config.size + candidate.layers.iter().map(|l| l.size).sum::<u64>(),
             config: candidate.config_json.clone(),

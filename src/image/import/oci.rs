@@ -24,18 +24,27 @@ pub fn candidates(source: &mut Source<'_>) -> Result<Vec<Candidate>, ImageError>
     let mut found: Vec<Candidate> = Vec::new();
     for descriptor in index.manifests() {
         let (names, raw_refs) = names_of(descriptor);
+        let named = descriptor_digest(source, descriptor)?;
         let manifest_digest = select_manifest(source, descriptor, 0)?;
         if let Some(existing) = found
             .iter_mut()
             .find(|c| c.manifest.digest == manifest_digest)
         {
-            existing.names.extend(names);
+            for name in names {
+                if !existing.names.contains(&name) {
+                    existing.names.push(name);
+                }
+            }
             existing.raw_refs.extend(raw_refs);
+            if !existing.name_digests.contains(&named) {
+                existing.name_digests.push(named);
+            }
             continue;
         }
         let mut candidate = load_manifest(source, &manifest_digest)?;
         candidate.names = names;
         candidate.raw_refs = raw_refs;
+        candidate.name_digests = vec![named];
         found.push(candidate);
     }
     Ok(found)
@@ -139,6 +148,7 @@ fn load_manifest(source: &mut Source<'_>, digest: &Digest) -> Result<Candidate, 
     Ok(Candidate {
         names: Vec::new(),
         raw_refs: Vec::new(),
+        name_digests: vec![manifest_blob.digest.clone()],
         manifest: manifest_blob,
         config: config_blob,
         config_json: config,

@@ -83,6 +83,21 @@ pub fn remove_stale(tmp: &Path) -> Result<(), ImageError> {
     Ok(())
 }
 
+/// True while some process holds a staging area: an import that may be relying on layers and
+/// blobs already in the store. Call with the store lock held.
+pub fn any_live(tmp: &Path) -> Result<bool, ImageError> {
+    let entries = fs::read_dir(tmp).context(|| format!("listing {}", tmp.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "lock")
+            && StoreLock::try_exclusive(&path)?.is_none()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn remove_any(path: &Path) {
     let result = match fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),

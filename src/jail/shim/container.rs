@@ -10,7 +10,10 @@ use libcontainer::container::Container;
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::error::LibcontainerError;
 use libcontainer::syscall::syscall::SyscallType;
-use std::os::fd::OwnedFd;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use tracing::warn;
 
@@ -41,9 +44,15 @@ pub(crate) fn start_container(
     let (stderr, stderr_w) = cloexec_pipe()?;
     let stdin = std::fs::File::open("/dev/null")
         .map_err(|err| JailError::io("cannot open /dev/null", err))?;
+    // Closed by the container's exec (close-on-exec), or carrying the exec error.
+    let (exec_notify, exec_notify_w) = cloexec_pipe()?;
+    let executor = JailExecutor {
+        exec_notify: Some(exec_notify_w.as_raw_fd()),
+        ..JailExecutor::default()
+    };
 
     let mut container = ContainerBuilder::new(id.to_string(), SyscallType::default())
-        .with_executor(JailExecutor::default())
+        .with_executor(executor)
         .with_stdin(stdin)
         .with_stdout(stdout_w)
         .with_stderr(stderr_w)
@@ -60,27 +69,56 @@ pub(crate) fn start_container(
             let details = init_errors_since(shim_log, log_offset);
             container_error("cannot create the container", &err, details)
         })?;
-    // The builder held the write ends; they are closed now, so EOF on our read ends means every
-    // process of the container closed its output.
-
-    if let Err(err) = container.start() {
-        let details = init_errors_since(shim_log, log_offset);
-        let error = container_error("cannot start the container", &err, details);
-        delete_container(&mut container);
-        return Err(error);
-    }
+    // The builder held the output write ends; they are closed now, so EOF on our read ends
+    // means every process of the container closed its output. The intermediate process is gone
+    // too, so after this drop only the container's init holds the notify pipe.
+    drop(exec_notify_w);
     let Some(pid) = container.pid() else {
         delete_container(&mut container);
         return Err(JailError::Container(
-            "libcontainer started the container but recorded no pid".into(),
+            "libcontainer created the container but recorded no pid".into(),
         ));
     };
+    let started = container
+        .start()
+        .map_err(|err| {
+            let details = init_errors_since(shim_log, log_offset);
+            container_error("cannot start the container", &err, details)
+        })
+        .and_then(|()| wait_for_exec(exec_notify));
+    if let Err(err) = started {
+        // Our child: kill and reap it before removing its state.
+        let pid = Pid::from_raw(pid.as_raw());
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, Some(WaitPidFlag::__WALL));
+        delete_container(&mut container);
+        return Err(err);
+    }
     Ok(RunningContainer {
         container,
         pid: pid.as_raw(),
         stdout,
         stderr,
     })
+}
+
+/// Waits until the container's init has exec'd its workload (the notify pipe hangs up) or
+/// reported why it could not. Until then it may still have the shim's signal dispositions, so
+/// "started" is only reported after this.
+fn wait_for_exec(exec_notify: OwnedFd) -> Result<(), JailError> {
+    use std::io::Read;
+    let mut message = String::new();
+    let mut file = std::fs::File::from(exec_notify);
+    // Blocks until exec or exit; only startContainer hooks from the spec run in between.
+    file.read_to_string(&mut message)
+        .map_err(|err| JailError::io("cannot wait for the container to exec", err))?;
+    if message.is_empty() {
+        Ok(())
+    } else {
+        Err(JailError::Container(format!(
+            "cannot start the container: {message}"
+        )))
+    }
 }
 
 /// Removes libcontainer's state and the container's cgroup (killing anything left in it).
@@ -123,11 +161,49 @@ fn hint(chain: &str) -> String {
     let lower = chain.to_lowercase();
     let denied = lower.contains("permission denied") || lower.contains("eacces");
     if denied && lower.contains("cgroup") {
-        let uid = nix::unistd::geteuid();
+        let uid = nix::unistd::geteuid().as_raw();
+        let host_uid = std::fs::read_to_string("/proc/self/uid_map")
+            .ok()
+            .and_then(|map| host_uid_of(&map, uid))
+            .map(|host| format!(" (host uid {host})"))
+            .unwrap_or_default();
         return format!(
-            " (the cgroup fs is not writable for uid {uid}: run as root, as mapped root in a \
-             user namespace, or without linux.resources in the spec)"
+            " (the cgroup fs is not writable for uid {uid}{host_uid}: libcontainer puts every \
+             container in its own cgroup, so run as root, or as a user namespace root mapped \
+             onto a uid that owns the cgroup hierarchy)"
         );
     }
     String::new()
+}
+
+/// The host uid behind `uid` according to a `/proc/<pid>/uid_map`.
+fn host_uid_of(uid_map: &str, uid: u32) -> Option<u64> {
+    uid_map.lines().find_map(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [inside, outside, count] = fields[..] else {
+            return None;
+        };
+        let uid = u64::from(uid);
+        (uid >= inside && uid < inside + count).then(|| outside + (uid - inside))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_uid_mapping() {
+        let identity = "         0          0 4294967295\n";
+        assert_eq!(host_uid_of(identity, 0), Some(0));
+        let mapped = "         0      65534          1\n";
+        assert_eq!(host_uid_of(mapped, 0), Some(65534));
+        assert_eq!(host_uid_of(mapped, 1), None);
+        let ranges = "0 1000 1\n1 100000 65536\n";
+        assert_eq!(host_uid_of(ranges, 5), Some(100004));
+        assert_eq!(host_uid_of("junk", 0), None);
+    }
 }
