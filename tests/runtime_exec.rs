@@ -126,7 +126,7 @@ async fn stats_report_usage() {
     };
     let pod = env.pod("stats").await;
     let id = env
-        .run(&pod, shell("busy", "echo up; dd if=/dev/zero of=/data bs=1024 count=2048 2>/dev/null; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 1000"))
+        .run(&pod, shell("busy", "dd if=/dev/zero of=/data bs=1024 count=2048 2>/dev/null; echo up; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 1000"))
         .await;
     env.log_lines("stats", "busy", 1).await;
     // Let the loop burn some CPU.

@@ -35,7 +35,12 @@ async fn restart_readopts_running_and_reports_exited() {
         info["pid"].as_i64().unwrap()
     };
 
-    let Env { dir, images, rt } = env;
+    let Env {
+        guard,
+        dir,
+        images,
+        rt,
+    } = env;
     drop(rt);
     // The pod's /dev/shm is a host directory: releasing the short container from outside.
     let shm = std::fs::read_dir(dir.path().join("rt/sandboxes"))
@@ -51,7 +56,12 @@ async fn restart_readopts_running_and_reports_exited() {
     let rt = ProcessRuntime::start(options(dir.path(), &images))
         .await
         .unwrap();
-    let env = Env { dir, images, rt };
+    let env = Env {
+        guard,
+        dir,
+        images,
+        rt,
+    };
     let st = env.status(&long).await;
     assert_eq!(
         st.state,

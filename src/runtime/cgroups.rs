@@ -30,9 +30,19 @@ pub struct Cgroups {
 }
 
 impl Cgroups {
-    /// Usable when the cgroup filesystem is set up and the controllers we write are writable
-    /// by us (they are not for mapped root in a user namespace).
-    pub fn detect() -> Cgroups {
+    /// Usable when we are real root (not mapped root in a user namespace: there some cgroup
+    /// files look writable yet refuse writes, e.g. devices.allow) and the cgroup filesystem is
+    /// set up with writable controllers.
+    pub fn detect(rootless: bool) -> Cgroups {
+        if rootless {
+            return Cgroups {
+                setup: None,
+                unavailable: Some(
+                    "not real root (user namespace or unprivileged): cgroup controllers cannot be configured"
+                        .to_string(),
+                ),
+            };
+        }
         let setup = match libcgroups::common::get_cgroup_setup() {
             Ok(s) => s,
             Err(e) => {

@@ -117,7 +117,8 @@ impl ProcessRuntime {
         ] {
             std::fs::create_dir_all(&dir).map_err(RuntimeError::io("creating", &dir))?;
         }
-        let cgroups = opts.cgroups.unwrap_or_else(Cgroups::detect);
+        let rootless = is_rootless();
+        let cgroups = opts.cgroups.unwrap_or_else(|| Cgroups::detect(rootless));
         match cgroups.unavailable_reason() {
             None => tracing::info!(
                 setup = cgroups.setup_name(),
@@ -155,7 +156,7 @@ impl ProcessRuntime {
             reaper: opts.reaper,
             cgroups,
             node_ip,
-            rootless: is_rootless(),
+            rootless,
             max_nofile,
             ids: read_id_mapping(),
             shim_start_timeout: opts.shim_start_timeout,

@@ -57,6 +57,8 @@ pub fn reaper() -> Reaper {
 
 /// A runtime on a fresh root, with the fixture images imported.
 pub struct Env {
+    /// Declared first: dropped before `dir`, so a failed test leaves no process or mount behind.
+    pub guard: LeakGuard,
     pub dir: tempfile::TempDir,
     pub images: ImageStore,
     pub rt: Arc<ProcessRuntime>,
@@ -100,7 +102,12 @@ impl Env {
         let rt = ProcessRuntime::start(options(dir.path(), &images))
             .await
             .expect("start runtime");
-        Env { dir, images, rt }
+        Env {
+            guard: LeakGuard(dir.path().to_path_buf()),
+            dir,
+            images,
+            rt,
+        }
     }
 
     pub fn logs(&self) -> PathBuf {
@@ -325,4 +332,59 @@ pub fn zombie_children() -> Vec<i32> {
         }
     }
     out
+}
+
+/// After a test (panicked or not): SIGKILL every process the runtime's records say runs (when
+/// its start time still matches) and detach every mount under the test's directory. A passing
+/// test has cleaned up already and this finds nothing.
+pub struct LeakGuard(pub PathBuf);
+
+fn start_time(pid: i64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl Drop for LeakGuard {
+    fn drop(&mut self) {
+        let rt = self.0.join("rt");
+        for (kind, file, key) in [
+            ("containers", "container.json", "process"),
+            ("sandboxes", "sandbox.json", "infra"),
+        ] {
+            let Ok(dirs) = std::fs::read_dir(rt.join(kind)) else {
+                continue;
+            };
+            for d in dirs.flatten() {
+                let Ok(text) = std::fs::read_to_string(d.path().join(file)) else {
+                    continue;
+                };
+                let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                let p = &record[key];
+                for (pid, start) in [("pid", "pid_start_time"), ("shim_pid", "shim_start_time")] {
+                    if let (Some(pid), Some(start)) = (p[pid].as_i64(), p[start].as_u64())
+                        && start_time(pid) == Some(start)
+                    {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                }
+            }
+        }
+        let prefix = self.0.display().to_string();
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        mounts.sort_by(|a, b| b.cmp(a));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
 }
