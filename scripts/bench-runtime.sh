@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Pod start latency of runp (RunPodSandbox -> CreateContainer -> StartContainer, returning once
+# the container runs) for N pods, beside `crun run -d` of an equivalent busybox bundle (same
+# image, `sleep 1000`) in the same run; prints both medians and their ratio.
+# Usage: scripts/bench-runtime.sh [pods]   (default 50; needs root, crun, umoci)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PODS="${1:-50}"
+command -v crun >/dev/null || { echo "bench-runtime: crun is not installed (apt-get install crun)" >&2; exit 1; }
+command -v umoci >/dev/null || { echo "bench-runtime: umoci is not installed (apt-get install umoci)" >&2; exit 1; }
+scripts/build-fixtures.sh
+FIXTURES="$PWD/rootfs-fixtures/build"
+
+echo "== runp ($PODS pods, release build)" >&2
+cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" | tee /tmp/runp-bench.$$
+RUNP_MS="$(sed -n 's/^RUNP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
+rm -f /tmp/runp-bench.$$
+
+echo "== crun ($PODS containers)" >&2
+WORK="$(mktemp -d /tmp/crun-bench.XXXXXX)"
+STATE="$WORK/state"
+cleanup() {
+  # Same view of cgroups as the runs (see below).
+  unshare --mount --propagation private bash -c '
+    if grep -q " /sys/fs/cgroup/unified cgroup2 " /proc/mounts; then umount /sys/fs/cgroup/unified; fi
+    for id in $(crun --root "$1" list -q 2>/dev/null); do crun --root "$1" delete -f "$id" >/dev/null 2>&1 || true; done
+  ' _ "$STATE"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+umoci unpack --image "$FIXTURES/busybox-oci:docker.io/library/busybox:latest" "$WORK/bundle" >/dev/null
+python3 - "$WORK/bundle/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+spec["process"]["args"] = ["sleep", "1000"]
+spec["process"]["terminal"] = False
+json.dump(spec, open(path, "w"))
+PY
+# Debian's crun refuses a cgroup v1 "hybrid" host ("cgroups in hybrid mode not supported"): it
+# runs in a private mount namespace without the unified mount, so it sees plain cgroup v1 (as
+# runp uses here). The timing loop runs inside that namespace; the containers outlive it.
+cat >"$WORK/loop.sh" <<LOOP
+set -euo pipefail
+if grep -q ' /sys/fs/cgroup/unified cgroup2 ' /proc/mounts; then umount /sys/fs/cgroup/unified; fi
+for i in \$(seq 1 $((PODS + 2))); do
+  t0=\$(date +%s%N)
+  crun --root "$STATE" run -d --bundle "$WORK/bundle" "bench-\$i" </dev/null >/dev/null 2>"$WORK/err" ||
+    { cat "$WORK/err" >&2; exit 1; }
+  t1=\$(date +%s%N)
+  # The first two are warm-up, as for runp.
+  if [ "\$i" -gt 2 ]; then echo \$(( t1 - t0 )); fi
+done
+LOOP
+mapfile -t times < <(unshare --mount --propagation private bash "$WORK/loop.sh")
+[ "${#times[@]}" -eq "$PODS" ] || { echo "bench-runtime: crun runs failed" >&2; exit 1; }
+CRUN_MS="$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f", m/1e6}')"
+echo "crun: $PODS containers, crun run -d: median $CRUN_MS ms"
+python3 -c "r=$RUNP_MS/$CRUN_MS; print(f'ratio runp/crun (median pod start vs median crun run): {r:.2f}x  (runp {$RUNP_MS:.1f} ms, crun {$CRUN_MS:.1f} ms)')"

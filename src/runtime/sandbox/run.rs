@@ -1,0 +1,220 @@
+//! RunPodSandbox.
+
+use super::{files, namespace_options};
+use crate::cri::api;
+use crate::jail::{ShimProcess, ShimSpec};
+use crate::runtime::ProcessRuntime;
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::ids::new_id;
+use crate::runtime::monitor::watch_infra;
+use crate::runtime::state::{
+    NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, sandbox_name_key, write_volatile,
+};
+use nix::mount::{MsFlags, mount};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Size of a pod's /dev/shm (Docker's and containerd's default).
+const SHM_SIZE: &str = "size=65536k";
+
+impl ProcessRuntime {
+    pub(crate) async fn run_pod_sandbox_impl(
+        &self,
+        req: api::RunPodSandboxRequest,
+    ) -> Result<String> {
+        let config = req
+            .config
+            .ok_or_else(|| RuntimeError::invalid("RunPodSandbox without a config"))?;
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| RuntimeError::invalid("pod sandbox config without metadata"))?;
+        if meta.name.is_empty() || meta.uid.is_empty() || meta.namespace.is_empty() {
+            return Err(RuntimeError::invalid(
+                "pod sandbox metadata needs a name, uid and namespace",
+            ));
+        }
+        let ns_opts = namespace_options(&config);
+        let host_network = ns_opts.network == api::NamespaceMode::Node as i32;
+        let host_ipc = ns_opts.ipc == api::NamespaceMode::Node as i32;
+        let hostname = if host_network {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else if config.hostname.is_empty() {
+            meta.name.clone()
+        } else {
+            config.hostname.clone()
+        };
+        if !host_network && !files::valid_hostname(&hostname) {
+            return Err(RuntimeError::invalid(format!(
+                "invalid pod hostname {hostname:?}"
+            )));
+        }
+
+        let id = new_id();
+        let name_key = sandbox_name_key(&meta);
+        self.shared.index.reserve_name(&name_key, &id)?;
+        let dir = self.shared.layout.sandbox_dir(&id);
+        match self
+            .create_sandbox(
+                &id,
+                &dir,
+                config,
+                &req.runtime_handler,
+                hostname,
+                host_network,
+                host_ipc,
+            )
+            .await
+        {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                self.shared.index.release_name(&name_key, &id);
+                if let Err(cleanup) = self.teardown_sandbox_dir(&dir).await {
+                    tracing::warn!(sandbox = %id, error = %cleanup, "cleanup after a failed RunPodSandbox");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn create_sandbox(
+        &self,
+        id: &str,
+        dir: &Path,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+        hostname: String,
+        host_network: bool,
+        host_ipc: bool,
+    ) -> Result<()> {
+        std::fs::create_dir_all(dir.join("ns")).map_err(RuntimeError::io("creating", dir))?;
+        let ip = if host_network {
+            self.node_ip.clone()
+        } else {
+            "127.0.0.1".to_string()
+        };
+        let write = |name: &str, content: &[u8]| {
+            let path = dir.join(name);
+            write_volatile(&path, content)
+        };
+        write("hostname", files::hostname_file(&hostname).as_bytes())?;
+        if host_network {
+            copy_host_file("/etc/hosts", &dir.join("hosts"))?;
+        } else {
+            write("hosts", files::hosts_file(&hostname, &ip).as_bytes())?;
+        }
+        match files::resolv_conf(config.dns_config.as_ref()) {
+            Some(content) => write("resolv.conf", content.as_bytes())?,
+            None => copy_host_file("/etc/resolv.conf", &dir.join("resolv.conf"))?,
+        }
+        let shm_mounted = if host_ipc {
+            false
+        } else {
+            let shm = dir.join("shm");
+            std::fs::create_dir_all(&shm).map_err(RuntimeError::io("creating", &shm))?;
+            mount(
+                Some("shm"),
+                &shm,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some(format!("mode=1777,{SHM_SIZE}").as_str()),
+            )
+            .map_err(|e| RuntimeError::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
+            true
+        };
+        let linux = config.linux.clone().unwrap_or_default();
+        let cgroup_parent = self.cgroups.pod_cgroup(&linux.cgroup_parent, id)?;
+        let mut record = SandboxRecord {
+            id: id.to_string(),
+            config: prost::Message::encode_to_vec(&config),
+            runtime_handler: runtime_handler.to_string(),
+            state: SandboxState::NotReady,
+            created_at: self.now(),
+            hostname: hostname.clone(),
+            host_network,
+            host_ipc,
+            ip,
+            namespaces: NamespacePaths::default(),
+            infra: None,
+            cgroup_parent: cgroup_parent.clone(),
+            shm_mounted,
+        };
+        // Persist before starting anything, so a crash leaves a record to clean up.
+        let entry = Arc::new(SandboxEntry::new(record.clone(), dir.join("sandbox.json")));
+        entry.persist()?;
+        if let Some(cg) = &cgroup_parent {
+            self.cgroups.create(cg, linux.resources.as_ref())?;
+        }
+        let started = self
+            .start_shim(
+                dir,
+                ShimSpec {
+                    id: format!("infra-{id}"),
+                    process: ShimProcess::Infra {
+                        ns_dir: dir.join("ns"),
+                        new_net: !host_network,
+                        new_ipc: !host_ipc,
+                        new_uts: !host_network,
+                        hostname: (!host_network).then(|| hostname.clone()),
+                    },
+                    log_path: None,
+                },
+            )
+            .await;
+        let started = match started {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(cg) = &cgroup_parent {
+                    let _ = self.cgroups.remove(cg);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(ns) = &started.namespaces {
+            record.namespaces = NamespacePaths {
+                net: ns.net.clone(),
+                ipc: ns.ipc.clone(),
+                uts: ns.uts.clone(),
+            };
+        }
+        record.infra = Some(started.process);
+        record.state = SandboxState::Ready;
+        entry.update(|r| *r = record)?;
+        watch_infra(entry.clone(), started.shim_pidfd, self.shutdown.subscribe());
+        self.shared.index.insert_sandbox(entry);
+        tracing::info!(sandbox = %id, %hostname, "pod sandbox ready");
+        Ok(())
+    }
+
+    /// Unmounts what a sandbox dir holds (namespace files, /dev/shm) and deletes it.
+    pub(crate) async fn teardown_sandbox_dir(&self, dir: &Path) -> Result<()> {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            if !dir.exists() {
+                return Ok(());
+            }
+            crate::jail::release_pod_namespaces(&dir.join("ns"))?;
+            unmount_all(&dir.join("shm"));
+            std::fs::remove_dir_all(&dir).map_err(RuntimeError::io("removing", &dir))
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("sandbox teardown task: {e}")))?
+    }
+}
+
+/// Detaches every mount stacked on `path` (missing or unmounted is fine).
+pub(crate) fn unmount_all(path: &Path) {
+    while nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH).is_ok() {}
+}
+
+fn copy_host_file(from: &str, to: &Path) -> Result<()> {
+    let content = match std::fs::read(from) {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(RuntimeError::io("reading", from)(e)),
+    };
+    write_volatile(to, &content)
+}

@@ -1,0 +1,101 @@
+//! Starting shims (jail layer) and holding on to processes by pidfd.
+
+use crate::jail::{self, PodNamespacePaths, ShimReport, ShimSpec};
+use crate::runtime::ProcessRuntime;
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::state::{ProcessRecord, write_volatile_json};
+use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+/// A started shim: its pidfd (readable once it exited) and what it reported.
+pub(crate) struct StartedShim {
+    pub shim_pidfd: OwnedFd,
+    pub process: ProcessRecord,
+    pub namespaces: Option<PodNamespacePaths>,
+}
+
+/// Opens a pidfd for `pid` and checks it is still the process that started at `start_time`
+/// (the pidfd pins the process, so the check after opening is race-free).
+pub(crate) fn open_pidfd(pid: i32, start_time: u64) -> Option<OwnedFd> {
+    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    match jail::process_start_time(pid) {
+        Ok(t) if t == start_time => Some(fd),
+        _ => None,
+    }
+}
+
+/// Sends `sig` through a pidfd; a process that is already gone is not an error.
+pub(crate) fn signal(pidfd: &impl AsFd, sig: i32) -> Result<()> {
+    let sig = Signal::from_named_raw(sig)
+        .ok_or_else(|| RuntimeError::Internal(format!("unsupported signal {sig}")))?;
+    match pidfd_send_signal(pidfd, sig) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(RuntimeError::Internal(format!(
+            "sending signal {sig:?}: {e}"
+        ))),
+    }
+}
+
+impl ProcessRuntime {
+    /// Writes `shim.json`, starts `runp shim <state_dir>` and waits for its report.
+    pub(crate) async fn start_shim(&self, state_dir: &Path, spec: ShimSpec) -> Result<StartedShim> {
+        // Not jail::write_shim_spec: that one fsyncs, and shim.json is read at once and never
+        // again (see write_volatile).
+        write_volatile_json(&state_dir.join(jail::SHIM_SPEC_FILE), &spec)?;
+        let spawned = jail::spawn_shim(&self.runp_exe, state_dir)?;
+        let shim_pid = spawned.pid;
+        // The shim's exit is observed through its pidfd; its wait status is of no interest.
+        self.reaper.forget(shim_pid);
+        let shim_pidfd = Pid::from_raw(shim_pid)
+            .ok_or_else(|| RuntimeError::Internal(format!("bad shim pid {shim_pid}")))
+            .and_then(|pid| {
+                pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
+                    RuntimeError::Internal(format!("the shim exited at once (pidfd_open: {e})"))
+                })
+            });
+        let shim_start_time = jail::process_start_time(shim_pid).unwrap_or(0);
+        let timeout = self.shim_start_timeout;
+        let mut report_rx = spawned.report;
+        let report = tokio::task::spawn_blocking(move || report_rx.recv_timeout(timeout))
+            .await
+            .map_err(|e| RuntimeError::Internal(format!("shim report task: {e}")))?;
+        let shim_log = state_dir.join(jail::SHIM_LOG_FILE);
+        let fail = |message: String| failure(shim_pidfd.as_ref().ok(), &shim_log, message);
+        match report {
+            Ok(ShimReport::Started {
+                pid,
+                pid_start_time,
+                started_at_ns,
+                namespaces,
+            }) => Ok(StartedShim {
+                shim_pidfd: shim_pidfd.map_err(|e| failure(None, &shim_log, e.to_string()))?,
+                process: ProcessRecord {
+                    shim_pid,
+                    shim_start_time,
+                    pid,
+                    pid_start_time,
+                    started_at: started_at_ns,
+                },
+                namespaces,
+            }),
+            Ok(ShimReport::Failed { message }) => Err(fail(message)),
+            Err(e) => Err(fail(format!("no start report from the shim: {e}"))),
+        }
+    }
+}
+
+/// Kills a shim that failed to start and builds an error with the end of its log.
+fn failure(shim_pidfd: Option<&OwnedFd>, shim_log: &Path, message: String) -> RuntimeError {
+    if let Some(fd) = shim_pidfd {
+        let _ = signal(fd, libc::SIGKILL);
+    }
+    let log = std::fs::read_to_string(shim_log).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(5).collect();
+    if tail.is_empty() {
+        RuntimeError::Internal(message)
+    } else {
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        RuntimeError::Internal(format!("{message} (shim log: {})", tail.join(" | ")))
+    }
+}

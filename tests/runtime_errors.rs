@@ -1,0 +1,192 @@
+//! Error codes at the CRI boundary: unknown ids, bad configs, duplicates, wrong states.
+
+#[path = "support/runtime.rs"]
+mod support;
+
+use runp::cri::{RuntimeService, api};
+use support::*;
+
+fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> tonic::Code {
+    r.unwrap_err().code()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_ids_bad_configs_and_duplicates() {
+    let Some(env) = Env::for_test("unknown_ids_bad_configs_and_duplicates").await else {
+        return;
+    };
+    let rt = &env.rt;
+    let missing = "f".repeat(64);
+    assert_eq!(
+        code(
+            rt.container_status(api::ContainerStatusRequest {
+                container_id: missing.clone(),
+                verbose: false
+            })
+            .await
+        ),
+        tonic::Code::NotFound
+    );
+    assert_eq!(
+        code(
+            rt.pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: missing.clone(),
+                verbose: false
+            })
+            .await
+        ),
+        tonic::Code::NotFound
+    );
+    assert_eq!(
+        code(
+            rt.start_container(api::StartContainerRequest {
+                container_id: missing.clone()
+            })
+            .await
+        ),
+        tonic::Code::NotFound
+    );
+    assert_eq!(
+        code(
+            rt.container_stats(api::ContainerStatsRequest {
+                container_id: missing.clone()
+            })
+            .await
+        ),
+        tonic::Code::NotFound
+    );
+    // Stop/remove of unknown pods and remove of unknown containers are idempotent successes.
+    rt.stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: missing.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(api::RemovePodSandboxRequest {
+        pod_sandbox_id: missing.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_container(api::RemoveContainerRequest {
+        container_id: missing.clone(),
+    })
+    .await
+    .unwrap();
+
+    assert_eq!(
+        code(
+            rt.run_pod_sandbox(api::RunPodSandboxRequest::default())
+                .await
+        ),
+        tonic::Code::InvalidArgument
+    );
+    let mut bad_host = pod_config("badhost", &env.logs());
+    bad_host.hostname = "not a hostname".into();
+    assert_eq!(
+        code(
+            rt.run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(bad_host),
+                runtime_handler: String::new()
+            })
+            .await
+        ),
+        tonic::Code::InvalidArgument
+    );
+
+    let pod = env.pod("errs").await;
+    // Same metadata while the first exists.
+    assert_eq!(
+        code(
+            rt.run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(pod.1.clone()),
+                runtime_handler: String::new()
+            })
+            .await
+        ),
+        tonic::Code::AlreadyExists
+    );
+    let first = env.create(&pod, shell("dup", "true")).await.unwrap();
+    assert_eq!(
+        env.create(&pod, shell("dup", "true"))
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::AlreadyExists
+    );
+    // A prefix of the id works where crictl uses short ids.
+    let st = env.status(&first[..12]).await;
+    assert_eq!(st.id, first);
+
+    let mut no_image = shell("noimg", "true");
+    no_image.image.as_mut().unwrap().image = "docker.io/library/absent:1".into();
+    assert_eq!(
+        env.create(&pod, no_image).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let mut rel = shell("relwd", "true");
+    rel.working_dir = "relative/dir".into();
+    assert_eq!(
+        env.create(&pod, rel).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    let mut caps = shell("badcap", "true");
+    caps.linux = Some(api::LinuxContainerConfig {
+        resources: None,
+        security_context: Some(api::LinuxContainerSecurityContext {
+            capabilities: Some(api::Capability {
+                add_capabilities: vec!["CAP_FLY".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+    assert_eq!(
+        env.create(&pod, caps).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    let mut mount = shell("badmount", "true");
+    mount.mounts = vec![api::Mount {
+        container_path: "rel".into(),
+        host_path: "/tmp".into(),
+        ..Default::default()
+    }];
+    assert_eq!(
+        env.create(&pod, mount).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    // Failed creates leave no state behind and no name reserved.
+    let dirs = std::fs::read_dir(env.dir.path().join("rt/containers"))
+        .unwrap()
+        .count();
+    assert_eq!(dirs, 1, "only the first container's state");
+    env.create(&pod, shell("badmount", "true")).await.unwrap();
+
+    // Starting twice is a wrong state.
+    rt.start_container(api::StartContainerRequest {
+        container_id: first.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        code(
+            rt.start_container(api::StartContainerRequest {
+                container_id: first.clone()
+            })
+            .await
+        ),
+        tonic::Code::FailedPrecondition
+    );
+    let v = rt.version(api::VersionRequest::default()).await.unwrap();
+    assert_eq!(
+        (v.runtime_name.as_str(), v.runtime_api_version.as_str()),
+        ("runp", "v1")
+    );
+    let cfg = rt
+        .runtime_config(api::RuntimeConfigRequest {})
+        .await
+        .unwrap();
+    assert_eq!(
+        cfg.linux.unwrap().cgroup_driver,
+        api::CgroupDriver::Cgroupfs as i32
+    );
+    env.cleanup().await;
+}
