@@ -6,6 +6,15 @@
 //! - [`PodEvent`]: what a pod source emits.
 //! - [`sandbox_config`], [`container_config`], [`container_hash`].
 
+pub mod env;
+pub mod expansion;
+pub mod fieldpath;
+pub mod objects;
+pub mod quantity;
+pub mod store;
+
+pub use store::{ObjectSet, ObjectStore};
+
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::labels;
@@ -163,4 +172,59 @@ pub fn container_config(
 pub fn container_hash(container: &Container) -> String {
     let json = serde_json::to_vec(container).unwrap_or_default();
     hex::encode(&Sha256::digest(&json)[..8])
+}
+
+/// In-memory objects for unit tests.
+#[cfg(test)]
+pub(crate) mod test_objects {
+    use super::{ObjectSource, ObjectStore};
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[derive(Default)]
+    pub struct Objects(pub ObjectStore);
+
+    fn meta(namespace: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        }
+    }
+
+    impl Objects {
+        pub fn add_config_map(&mut self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+            self.0.insert_config_map(ConfigMap {
+                metadata: meta(namespace, name),
+                data: Some(
+                    data.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+        }
+
+        pub fn add_secret(&mut self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+            self.0.insert_secret(Secret {
+                metadata: meta(namespace, name),
+                data: Some(
+                    data.iter()
+                        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+        }
+    }
+
+    impl ObjectSource for Objects {
+        fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+            self.0.config_map(namespace, name)
+        }
+        fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+            self.0.secret(namespace, name)
+        }
+    }
 }
