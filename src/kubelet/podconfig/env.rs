@@ -5,6 +5,7 @@
 use super::ObjectSource;
 use super::expansion;
 use super::fieldpath::{self, FieldError, NodeResources, PodRuntimeInfo};
+use super::names::is_env_var_name;
 use super::objects::secret_entries;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, Pod};
 use std::collections::{BTreeMap, HashMap};
@@ -69,15 +70,6 @@ impl EnvList {
     pub fn expand(&self, input: &str) -> String {
         expansion::expand(input, |name| self.get(name).map(str::to_string))
     }
-}
-
-/// The relaxed env var name rule (printable ASCII except '='), used for keys imported by
-/// `envFrom`; invalid keys are skipped with a warning, as the kubelet does.
-fn is_env_var_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
 }
 
 /// Builds the environment of `ctx.container`.

@@ -6,13 +6,19 @@
 //! - [`PodEvent`]: what a pod source emits.
 //! - [`sandbox_config`], [`container_config`], [`container_hash`].
 
+pub mod defaults;
 pub mod env;
 pub mod expansion;
 pub mod fieldpath;
+pub mod imageref;
+pub mod names;
 pub mod objects;
 pub mod quantity;
+pub mod source;
 pub mod store;
+pub mod validate;
 
+pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
 pub use store::{ObjectSet, ObjectStore};
 
 use crate::cri::api;
@@ -29,6 +35,13 @@ pub enum PodConfigError {
     Missing(&'static str),
     #[error("invalid pod spec: {0}")]
     Invalid(String),
+    #[error("manifest directory {}: {reason}", path.display())]
+    ManifestDir {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error(transparent)]
+    Env(#[from] env::EnvError),
 }
 
 /// Read access to the ConfigMaps and Secrets the agent knows about.
