@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// Expands `$(NAME)` references in `input` using `lookup`; references it does not know stay
 /// verbatim.
-pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+pub fn expand(input: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> String {
     let bytes = input.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut checkpoint = 0;

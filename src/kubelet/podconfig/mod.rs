@@ -17,9 +17,11 @@ pub mod quantity;
 pub mod source;
 pub mod store;
 pub mod validate;
+pub mod volumes;
 
 pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
 pub use store::{ObjectSet, ObjectStore};
+pub use volumes::{MountHook, PodVolumes, VolumeError, VolumeManager};
 
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
