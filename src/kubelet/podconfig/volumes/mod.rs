@@ -13,6 +13,7 @@ mod host_path;
 mod mounts;
 pub mod payload;
 pub mod subpath;
+pub mod termination;
 pub mod tmpfs;
 
 use super::env::{EnvContext, EnvList, container_env};
@@ -29,6 +30,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub use termination::{termination_log_mount, termination_log_path};
 
 pub const PLUGIN_EMPTY_DIR: &str = "kubernetes.io~empty-dir";
 pub const PLUGIN_CONFIG_MAP: &str = "kubernetes.io~configmap";
