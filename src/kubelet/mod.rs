@@ -1,5 +1,10 @@
 //! The kubelet-like sync loop, written against the CRI traits only (a fake runtime tests it).
 
+pub mod actions;
+pub mod backoff;
+pub mod clock;
 pub mod config;
 pub mod labels;
 pub mod podconfig;
+pub mod prober;
+pub mod runtime_pod;

@@ -1,0 +1,3 @@
+//! Liveness, readiness and startup probes.
+
+pub mod results;
