@@ -5,6 +5,8 @@ pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod labels;
+pub mod pleg;
 pub mod podconfig;
 pub mod prober;
 pub mod runtime_pod;
+pub mod status;

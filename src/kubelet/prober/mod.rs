@@ -1,3 +1,4 @@
 //! Liveness, readiness and startup probes.
 
 pub mod results;
+pub mod state;

@@ -1,0 +1,5 @@
+//! Pod status: the pure generator and the manager that writes status files.
+
+pub mod generate;
+
+pub use generate::{StatusInputs, Waiting, generate_pod_status};
