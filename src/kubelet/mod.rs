@@ -4,6 +4,7 @@ pub mod actions;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod fake;
 pub mod labels;
 pub mod pleg;
 pub mod podconfig;
