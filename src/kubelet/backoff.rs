@@ -114,6 +114,17 @@ impl Backoff {
         self.entries.get(key).and_then(|e| e.last_failure)
     }
 
+    /// Time until the earliest recorded failure may be retried (pull back-offs).
+    pub fn next_retry(&self, now: SystemTime) -> Option<Duration> {
+        self.entries
+            .iter()
+            .filter_map(|(key, entry)| {
+                let failed_at = entry.last_failure?;
+                self.remaining(key, failed_at, now)
+            })
+            .min()
+    }
+
     /// Forgets a key (the thing succeeded, e.g. the image was pulled).
     pub fn reset(&mut self, key: &BackoffKey) {
         self.entries.remove(key);
@@ -257,6 +268,8 @@ mod tests {
         backoff.record_retry(&key(), t(5), t(15));
         backoff.record_failure(&key(), t(16));
         assert_eq!(backoff.retry_at(&key(), t(16)), t(36));
+        assert_eq!(backoff.next_retry(t(30)), Some(Duration::from_secs(6)));
+        assert_eq!(backoff.next_retry(t(36)), None);
     }
 
     #[test]

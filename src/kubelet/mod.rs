@@ -2,8 +2,12 @@
 
 pub mod actions;
 pub mod backoff;
+pub mod cleanup;
 pub mod clock;
 pub mod config;
+pub mod crilog;
+pub mod environment;
+pub mod executor;
 pub mod fake;
 pub mod labels;
 pub mod pleg;
@@ -11,3 +15,5 @@ pub mod podconfig;
 pub mod prober;
 pub mod runtime_pod;
 pub mod status;
+pub mod termination;
+pub mod worker;

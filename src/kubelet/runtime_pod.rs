@@ -5,15 +5,17 @@
 use crate::cri::{CriResult, RuntimeService, api};
 use crate::kubelet::clock::from_unix_nanos;
 use crate::kubelet::labels;
+use k8s_openapi::api::core::v1::{ContainerPort, LifecycleHandler, Pod};
 use std::collections::HashMap;
 use std::time::SystemTime;
 
 /// State of a container as the runtime reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RunState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -41,7 +43,7 @@ pub struct SandboxView {
 }
 
 /// One container instance (a restart makes a new instance).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerView {
     pub id: String,
     pub name: String,
@@ -68,6 +70,11 @@ pub struct ContainerView {
     /// Host path of the file mounted at terminationMessagePath, and the policy.
     pub termination_message_file: Option<String>,
     pub termination_message_policy: Option<String>,
+    /// What the agent recorded at creation, to stop the container properly even when its pod
+    /// is no longer known (removed while the agent was down): grace period, preStop hook, ports.
+    pub grace_period: Option<i64>,
+    pub pre_stop: Option<LifecycleHandler>,
+    pub ports: Vec<ContainerPort>,
 }
 
 /// A pod as seen by the runtime.
@@ -109,6 +116,22 @@ impl RuntimePod {
 
     pub fn is_empty(&self) -> bool {
         self.sandboxes.is_empty() && self.containers.is_empty()
+    }
+
+    /// Where probes and hooks reach the pod: the node IP for hostNetwork pods, else the pod IP
+    /// the runtime reported (127.0.0.1 for a loopback-only pod network), else the node IP.
+    pub fn probe_host(&self, pod: Option<&Pod>, node_ip: &str) -> String {
+        let host_network = pod
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        if host_network {
+            return node_ip.to_string();
+        }
+        self.ready_sandbox()
+            .or(self.latest_sandbox())
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_else(|| node_ip.to_string())
     }
 }
 
@@ -267,6 +290,17 @@ pub fn container_view(sandbox_id: &str, status: api::ContainerStatus) -> Contain
         log_path: status.log_path,
         termination_message_file,
         termination_message_policy: annotations.get(labels::TERMINATION_MESSAGE_POLICY).cloned(),
+        grace_period: annotations
+            .get(labels::POD_DELETION_GRACE_PERIOD)
+            .or_else(|| annotations.get(labels::POD_TERMINATION_GRACE_PERIOD))
+            .and_then(|v| v.parse().ok()),
+        pre_stop: annotations
+            .get(labels::CONTAINER_PRESTOP_HANDLER)
+            .and_then(|v| serde_json::from_str(v).ok()),
+        ports: annotations
+            .get(labels::CONTAINER_PORTS)
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default(),
         id: status.id,
     }
 }

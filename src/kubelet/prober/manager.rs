@@ -113,13 +113,7 @@ impl ProbeManager {
     /// workers (and drops the results) of its containers that no longer run.
     pub fn sync_pod(&self, pod: &Pod, rt: &RuntimePod) {
         let uid = rt.uid.clone();
-        let host = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            self.host_ip.clone()
-        } else {
-            rt.ready_sandbox()
-                .and_then(|s| s.ips.first().cloned())
-                .unwrap_or_else(|| self.host_ip.clone())
-        };
+        let host = rt.probe_host(Some(pod), &self.host_ip);
         let mut wanted: Vec<Job> = Vec::new();
         for container in pod.spec.iter().flat_map(|s| s.containers.iter()) {
             let Some(view) = rt

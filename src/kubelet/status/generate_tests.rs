@@ -57,6 +57,9 @@ fn view(
         log_path: String::new(),
         termination_message_file: None,
         termination_message_policy: None,
+        grace_period: None,
+        pre_stop: None,
+        ports: Vec::new(),
     }
 }
 
