@@ -9,6 +9,7 @@ pub mod crilog;
 pub mod environment;
 pub mod executor;
 pub mod fake;
+pub mod gc;
 pub mod labels;
 pub mod pleg;
 pub mod podconfig;
