@@ -1,6 +1,11 @@
 //! The kubelet-like sync loop, written against the CRI traits only (a fake runtime tests it).
+//!
+//! Pure decisions ([`actions`], [`backoff`], [`pleg::diff`], [`prober::state`],
+//! [`status::generate`], the GC selections) are separate from the parts that talk to the runtime
+//! ([`executor`], [`worker`], [`agent`]).
 
 pub mod actions;
+pub mod agent;
 pub mod backoff;
 pub mod cleanup;
 pub mod clock;
@@ -10,6 +15,7 @@ pub mod environment;
 pub mod executor;
 pub mod fake;
 pub mod gc;
+pub mod housekeeping;
 pub mod labels;
 pub mod pleg;
 pub mod podconfig;
@@ -18,3 +24,5 @@ pub mod runtime_pod;
 pub mod status;
 pub mod termination;
 pub mod worker;
+
+pub use agent::{Agent, AgentError, AgentHandle, AgentParts};

@@ -75,6 +75,8 @@ pub(crate) struct State {
     pub image_fs_mountpoint: String,
     pub pod_ip: String,
     pub calls: Vec<String>,
+    /// (container name, wall time in ns) of every start.
+    pub starts: Vec<(String, i64)>,
 }
 
 /// The fake runtime (see the module docs).
@@ -180,6 +182,22 @@ impl FakeRuntime {
             .values()
             .filter(|c| c.name() == name)
             .count()
+    }
+
+    /// Wall-clock start times (ns since the epoch) of every container named `name`, in order,
+    /// including instances removed since.
+    pub fn start_times(&self, name: &str) -> Vec<i64> {
+        self.lock()
+            .starts
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+
+    /// Names of started containers in start order.
+    pub fn start_order(&self) -> Vec<String> {
+        self.lock().starts.iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// Number of sandboxes that are ready.

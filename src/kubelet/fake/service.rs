@@ -303,6 +303,7 @@ impl RuntimeService for FakeRuntime {
             container.state = api::ContainerState::ContainerRunning;
             container.started_at = now;
             let name = container.name().to_string();
+            state.starts.push((name.clone(), now));
             state
                 .behaviors
                 .get(&name)

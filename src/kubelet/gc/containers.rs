@@ -44,7 +44,7 @@ fn old_enough(created: Option<SystemTime>, min_age: Duration, now: SystemTime) -
 /// Containers to remove.
 pub fn select_containers(
     containers: &[GcContainer],
-    pod_known: &dyn Fn(&str) -> bool,
+    pod_known: &(dyn Fn(&str) -> bool + Sync),
     policy: GcPolicy,
     now: SystemTime,
 ) -> Vec<String> {
@@ -78,7 +78,7 @@ pub fn select_sandboxes(
     sandboxes: &[GcSandbox],
     containers: &[GcContainer],
     removed_containers: &[String],
-    pod_known: &dyn Fn(&str) -> bool,
+    pod_known: &(dyn Fn(&str) -> bool + Sync),
 ) -> Vec<String> {
     let removed: HashSet<&str> = removed_containers.iter().map(String::as_str).collect();
     let in_use: HashSet<&str> = containers
@@ -149,7 +149,7 @@ pub async fn list(runtime: &dyn RuntimeService) -> CriResult<(Vec<GcContainer>, 
 /// One GC pass; returns (containers removed, sandboxes removed).
 pub async fn collect(
     runtime: &dyn RuntimeService,
-    pod_known: &dyn Fn(&str) -> bool,
+    pod_known: &(dyn Fn(&str) -> bool + Sync),
     policy: GcPolicy,
     now: SystemTime,
 ) -> CriResult<(usize, usize)> {
