@@ -6,12 +6,36 @@
 //! - [`PodEvent`]: what a pod source emits.
 //! - [`sandbox_config`], [`container_config`], [`container_hash`].
 
+pub mod auth;
+pub mod convert;
+pub mod defaults;
+pub mod dns;
+pub mod env;
+pub mod expansion;
+pub mod fieldpath;
+pub mod imageref;
+pub mod names;
+pub mod objects;
+pub mod quantity;
+pub mod resources;
+pub mod security;
+pub mod source;
+pub mod store;
+pub mod validate;
+pub mod volumes;
+
+pub use auth::{pull_auth, pull_auths};
+pub use convert::{
+    container_config, container_hash, sandbox_config, sandbox_config_with_resolv_conf,
+};
+pub use security::verify_run_as_non_root;
+pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
+pub use store::{ObjectSet, ObjectStore};
+pub use volumes::{MountHook, PodVolumes, VolumeError, VolumeManager};
+
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
-use crate::kubelet::labels;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 
 /// Errors of the conversion: all are problems of the pod spec or its referenced objects.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +44,13 @@ pub enum PodConfigError {
     Missing(&'static str),
     #[error("invalid pod spec: {0}")]
     Invalid(String),
+    #[error("manifest directory {}: {reason}", path.display())]
+    ManifestDir {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error(transparent)]
+    Env(#[from] env::EnvError),
 }
 
 /// Read access to the ConfigMaps and Secrets the agent knows about.
@@ -68,99 +99,57 @@ pub fn pod_identity(pod: &Pod) -> Result<(&str, &str, &str), PodConfigError> {
     Ok((namespace, name, uid))
 }
 
-/// Labels every CRI object of a pod carries.
-fn pod_labels(pod: &Pod) -> Result<HashMap<String, String>, PodConfigError> {
-    let (namespace, name, uid) = pod_identity(pod)?;
-    let mut out: HashMap<String, String> = pod
-        .metadata
-        .labels
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    out.insert(labels::POD_NAME.into(), name.into());
-    out.insert(labels::POD_NAMESPACE.into(), namespace.into());
-    out.insert(labels::POD_UID.into(), uid.into());
-    Ok(out)
-}
+/// In-memory objects for unit tests.
+#[cfg(test)]
+pub(crate) mod test_objects {
+    use super::{ObjectSource, ObjectStore};
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// The sandbox config of a pod; `attempt` counts sandbox re-creations.
-pub fn sandbox_config(
-    pod: &Pod,
-    config: &AgentConfig,
-    attempt: u32,
-) -> Result<api::PodSandboxConfig, PodConfigError> {
-    let (namespace, name, uid) = pod_identity(pod)?;
-    let mut sandbox_labels = pod_labels(pod)?;
-    sandbox_labels.insert(labels::MANAGED.into(), "true".into());
-    Ok(api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: name.into(),
-            uid: uid.into(),
-            namespace: namespace.into(),
-            attempt,
-        }),
-        hostname: name.chars().take(63).collect(),
-        log_directory: config
-            .log_root
-            .join("pods")
-            .join(format!("{namespace}_{name}_{uid}"))
-            .to_string_lossy()
-            .into_owned(),
-        labels: sandbox_labels,
-        annotations: pod
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    })
-}
+    #[derive(Default)]
+    pub struct Objects(pub ObjectStore);
 
-/// The container config of one container of a pod.
-pub fn container_config(
-    inputs: &ContainerInputs<'_>,
-) -> Result<api::ContainerConfig, PodConfigError> {
-    let container = inputs.container;
-    let mut container_labels = pod_labels(inputs.pod)?;
-    container_labels.insert(labels::CONTAINER_NAME.into(), container.name.clone());
-    let mut annotations = HashMap::new();
-    annotations.insert(labels::CONTAINER_HASH.into(), container_hash(container));
-    annotations.insert(
-        labels::CONTAINER_RESTART_COUNT.into(),
-        inputs.restart_count.to_string(),
-    );
-    if inputs.is_init {
-        annotations.insert(labels::INIT_CONTAINER.into(), "true".into());
-    }
-    Ok(api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata {
-            name: container.name.clone(),
-            attempt: inputs.restart_count,
-        }),
-        image: Some(api::ImageSpec {
-            image: inputs.image_ref.to_string(),
-            user_specified_image: container.image.clone().unwrap_or_default(),
+    fn meta(namespace: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
             ..Default::default()
-        }),
-        command: container.command.clone().unwrap_or_default(),
-        args: container.args.clone().unwrap_or_default(),
-        working_dir: container.working_dir.clone().unwrap_or_default(),
-        labels: container_labels,
-        annotations,
-        mounts: inputs.mounts.clone(),
-        log_path: format!("{}/{}.log", container.name, inputs.restart_count),
-        stdin: container.stdin.unwrap_or(false),
-        stdin_once: container.stdin_once.unwrap_or(false),
-        tty: container.tty.unwrap_or(false),
-        ..Default::default()
-    })
-}
+        }
+    }
 
-/// Stable hash of a container spec: a change means the running container must be replaced.
-pub fn container_hash(container: &Container) -> String {
-    let json = serde_json::to_vec(container).unwrap_or_default();
-    hex::encode(&Sha256::digest(&json)[..8])
+    impl Objects {
+        pub fn add_config_map(&mut self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+            self.0.insert_config_map(ConfigMap {
+                metadata: meta(namespace, name),
+                data: Some(
+                    data.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+        }
+
+        pub fn add_secret(&mut self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+            self.0.insert_secret(Secret {
+                metadata: meta(namespace, name),
+                data: Some(
+                    data.iter()
+                        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+        }
+    }
+
+    impl ObjectSource for Objects {
+        fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+            self.0.config_map(namespace, name)
+        }
+        fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+            self.0.secret(namespace, name)
+        }
+    }
 }
