@@ -253,3 +253,70 @@ spec:
     assert!(agent.handle.pods().is_empty());
     agent.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn volumes_and_termination_message_with_the_real_volume_manager() {
+    let mut h = Harness::new();
+    h.real_volumes = true;
+    h.runtime.set_behavior(
+        "app",
+        Behavior::ExitAfter {
+            after: secs(5),
+            code: 2,
+        },
+    );
+    let agent = h.start();
+    apply(
+        &agent,
+        pod(
+            r#"
+metadata: {name: job}
+spec:
+  restartPolicy: Never
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  containers:
+  - name: app
+    image: "busybox:1.36"
+    terminationMessagePath: /dev/termination-log
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+"#,
+            "uid-job",
+        ),
+    )
+    .await;
+    wait_until("started", secs(10), || h.runtime.running("app").len() == 1).await;
+    let id = h.runtime.running("app")[0].clone();
+    let mounts = h.runtime.container_config(&id).unwrap().mounts;
+    let scratch = mounts
+        .iter()
+        .find(|m| m.container_path == "/scratch")
+        .expect("emptyDir mounted");
+    assert!(std::path::Path::new(&scratch.host_path).is_dir());
+    assert!(
+        scratch
+            .host_path
+            .starts_with(&*h.config.pod_dir("uid-job").to_string_lossy())
+    );
+    let message = mounts
+        .iter()
+        .find(|m| m.container_path == "/dev/termination-log")
+        .expect("termination message file mounted");
+    // What the container would write before exiting.
+    std::fs::write(&message.host_path, "disk full").unwrap();
+    wait_until("failed", secs(30), || {
+        h.phase("job").as_deref() == Some("Failed")
+    })
+    .await;
+    let status = h.status("job").unwrap().status.unwrap();
+    let terminated = status.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(terminated.exit_code, 2);
+    assert_eq!(terminated.message.as_deref(), Some("disk full"));
+    agent.stop().await;
+}

@@ -284,15 +284,8 @@ impl Agent {
                 _ = log_tick.tick() => {
                     let deps = Arc::clone(&deps);
                     log_job.start(async move {
-                        let config = &deps.config;
-                        if let Err(status) = rotate_all(
-                            deps.runtime.as_ref(),
-                            &config.log_root,
-                            config.container_log_max_size,
-                            config.container_log_max_files,
-                            deps.clock.wall(),
-                        )
-                        .await
+                        if let Err(status) =
+                            rotate_all(deps.runtime.as_ref(), &deps.config, deps.clock.wall()).await
                         {
                             tracing::warn!(error = %status, "log rotation failed");
                         }

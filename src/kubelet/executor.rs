@@ -8,13 +8,12 @@ use crate::kubelet::backoff::{Backoff, BackoffKey};
 use crate::kubelet::clock::Clock;
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::environment::{ContainerMounts, PodEnvironment};
-use crate::kubelet::labels;
+use crate::kubelet::podconfig::volumes::termination::termination_log_mount;
 use crate::kubelet::podconfig::{
     ContainerInputs, ObjectSource, container_config, pod_identity, sandbox_config,
 };
 use crate::kubelet::prober::handlers::{Handlers, Target};
 use crate::kubelet::runtime_pod::{ContainerView, RunState, RuntimePod};
-use crate::kubelet::termination;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::sync::Arc;
 use std::time::Duration;
@@ -391,24 +390,10 @@ impl Executor {
             .latest(&container.name)
             .map_or(0, |c| c.restart_count.saturating_add(1));
         let mut container_mounts = mounts.get(&container.name).cloned().unwrap_or_default();
-        let message_path = container
-            .termination_message_path
-            .clone()
-            .unwrap_or_else(|| "/dev/termination-log".to_string());
-        if !message_path.is_empty() {
-            let file = termination::message_file(
-                &self.config.pod_dir(uid),
-                &container.name,
-                restart_count,
-            );
-            termination::create_message_file(&file).map_err(|e| {
-                config_error(format!("termination message file {}: {e}", file.display()))
-            })?;
-            container_mounts.push(api::Mount {
-                container_path: message_path.clone(),
-                host_path: file.to_string_lossy().into_owned(),
-                ..Default::default()
-            });
+        if let Some((mount, _)) = termination_log_mount(&self.config, uid, container, restart_count)
+            .map_err(|e| config_error(e.to_string()))?
+        {
+            container_mounts.push(mount);
         }
         let inputs = ContainerInputs {
             pod,
@@ -421,8 +406,7 @@ impl Executor {
             objects: self.objects.as_ref(),
             config: &self.config,
         };
-        let mut config = container_config(&inputs).map_err(|e| config_error(e.to_string()))?;
-        self.annotate(pod, container, &message_path, &mut config.annotations);
+        let config = container_config(&inputs).map_err(|e| config_error(e.to_string()))?;
         let log_dir = std::path::Path::new(&sandbox.config.log_directory).join(&container.name);
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| config_error(format!("creating {}: {e}", log_dir.display())))?;
@@ -474,50 +458,6 @@ impl Executor {
             }
         }
         Ok(())
-    }
-
-    /// Annotations that let a later agent stop the container properly without its pod spec.
-    fn annotate(
-        &self,
-        pod: &Pod,
-        container: &Container,
-        message_path: &str,
-        annotations: &mut std::collections::HashMap<String, String>,
-    ) {
-        annotations.insert(
-            labels::TERMINATION_MESSAGE_PATH.into(),
-            message_path.to_string(),
-        );
-        annotations.insert(
-            labels::TERMINATION_MESSAGE_POLICY.into(),
-            container
-                .termination_message_policy
-                .clone()
-                .unwrap_or_else(|| "File".to_string()),
-        );
-        if let Some(grace) = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-        {
-            annotations.insert(
-                labels::POD_TERMINATION_GRACE_PERIOD.into(),
-                grace.to_string(),
-            );
-        }
-        if let Some(pre_stop) = container
-            .lifecycle
-            .as_ref()
-            .and_then(|l| l.pre_stop.as_ref())
-            && let Ok(json) = serde_json::to_string(pre_stop)
-        {
-            annotations.insert(labels::CONTAINER_PRESTOP_HANDLER.into(), json);
-        }
-        if let Some(ports) = container.ports.as_ref().filter(|p| !p.is_empty())
-            && let Ok(json) = serde_json::to_string(ports)
-        {
-            annotations.insert(labels::CONTAINER_PORTS.into(), json);
-        }
     }
 
     /// Stops one container: its preStop hook first (within the grace period), then

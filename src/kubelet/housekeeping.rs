@@ -4,8 +4,8 @@
 //! removed; status files of unknown pods are deleted.
 
 use crate::cri::api;
-use crate::kubelet::gc::logs::pod_log_dir;
 use crate::kubelet::labels;
+use crate::kubelet::podconfig::convert::pod_log_directory;
 use crate::kubelet::runtime_pod::inspect_pod;
 use crate::kubelet::worker::{PodWorkers, SyncDeps, cleanup_pod_files};
 use std::collections::{HashMap, HashSet};
@@ -51,7 +51,12 @@ async fn runtime_pods(deps: &SyncDeps) -> crate::cri::CriResult<HashMap<String, 
             sandbox.labels.get(labels::POD_NAMESPACE),
             sandbox.labels.get(labels::POD_NAME),
         ) {
-            (Some(ns), Some(name)) => Some(pod_log_dir(&deps.config.log_root, ns, name, uid)),
+            (Some(ns), Some(name)) => Some(PathBuf::from(pod_log_directory(
+                &deps.config,
+                ns,
+                name,
+                uid,
+            ))),
             _ => None,
         };
         pods.insert(uid.clone(), log_dir);

@@ -1,36 +1,18 @@
 //! Termination messages: a file in the pod directory is mounted at the container's
-//! `terminationMessagePath`; after the container exits its content (at most 4096 bytes) becomes
+//! `terminationMessagePath` (podconfig's `termination_log_mount`); after the container exits its content (at most 4096 bytes) becomes
 //! the terminated state's message. With `FallbackToLogsOnError`, a failed container that wrote
 //! nothing gets the tail of its log instead.
 
 use crate::kubelet::crilog;
 use crate::kubelet::runtime_pod::{RunState, RuntimePod};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Maximum termination message size.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// Fallback-to-logs limits.
 pub const FALLBACK_LINES: usize = 80;
 pub const FALLBACK_BYTES: usize = 2048;
-
-/// The host file backing a container instance's termination message.
-pub fn message_file(pod_dir: &Path, container: &str, restart_count: u32) -> PathBuf {
-    pod_dir
-        .join("containers")
-        .join(container)
-        .join(format!("termination-log-{restart_count}"))
-}
-
-/// Creates the (empty) message file, writable by any user the container may run as.
-pub fn create_message_file(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::File::create(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-}
 
 fn read_capped(path: &Path) -> Option<String> {
     let file = std::fs::File::open(path).ok()?;
@@ -110,8 +92,8 @@ mod tests {
     #[test]
     fn message_from_file_or_log_fallback() {
         let dir = tempfile::tempdir().unwrap();
-        let file = message_file(dir.path(), "app", 0);
-        create_message_file(&file).unwrap();
+        let file = dir.path().join("0.termination-log");
+        std::fs::write(&file, "").unwrap();
         std::fs::create_dir_all(dir.path().join("logs/app")).unwrap();
         std::fs::write(
             dir.path().join("logs/app/0.log"),

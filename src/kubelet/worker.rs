@@ -12,7 +12,8 @@ use crate::kubelet::clock::Clock;
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::environment::PodEnvironment;
 use crate::kubelet::executor::{Executor, SyncAction};
-use crate::kubelet::podconfig::sandbox_config;
+use crate::kubelet::podconfig::convert::pod_log_directory;
+use crate::kubelet::podconfig::pod_identity;
 use crate::kubelet::prober::manager::ProbeManager;
 use crate::kubelet::runtime_pod::{RuntimePod, inspect_pod};
 use crate::kubelet::status::{StatusInputs, StatusManager, Waiting, generate_pod_status};
@@ -226,8 +227,8 @@ async fn run(deps: Arc<SyncDeps>, slot: Arc<Slot>, pod: Pod) {
 }
 
 fn log_dir(deps: &SyncDeps, pod: &Pod) -> PathBuf {
-    sandbox_config(pod, &deps.config, 0)
-        .map(|c| PathBuf::from(c.log_directory))
+    pod_identity(pod)
+        .map(|(ns, name, uid)| PathBuf::from(pod_log_directory(&deps.config, ns, name, uid)))
         .unwrap_or_default()
 }
 

@@ -5,9 +5,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use runp::cri::{ImageService, RuntimeService, api};
 use runp::kubelet::clock::{Clock, FakeClock};
 use runp::kubelet::config::AgentConfig;
-use runp::kubelet::environment::{ContainerMounts, PodEnvironment};
+use runp::kubelet::environment::{ContainerMounts, PodConfigEnvironment, PodEnvironment};
 use runp::kubelet::fake::FakeRuntime;
 use runp::kubelet::gc::images::ImageGcPolicy;
+use runp::kubelet::podconfig::VolumeManager;
 use runp::kubelet::podconfig::{ObjectSource, PodEvent};
 use runp::kubelet::status::manager::{read_status_file, status_file_name};
 use runp::kubelet::{Agent, AgentHandle, AgentParts};
@@ -85,6 +86,8 @@ pub struct Harness {
     pub runtime: Arc<FakeRuntime>,
     pub clock: Arc<FakeClock>,
     pub environment: Arc<RecordingEnvironment>,
+    /// Use podconfig's real volume manager instead of the recording double.
+    pub real_volumes: bool,
 }
 
 impl Harness {
@@ -101,6 +104,7 @@ impl Harness {
             runtime,
             clock,
             environment: Arc::new(RecordingEnvironment::default()),
+            real_volumes: false,
         }
     }
 
@@ -112,7 +116,14 @@ impl Harness {
             config: self.config.clone(),
             events: events_rx,
             objects: Arc::new(NoObjects),
-            environment: self.environment.clone(),
+            environment: if self.real_volumes {
+                Arc::new(PodConfigEnvironment::new(
+                    VolumeManager::new(self.config.clone()),
+                    self.config.clone(),
+                ))
+            } else {
+                self.environment.clone()
+            },
             clock: self.clock.clone(),
             image_gc: ImageGcPolicy::default(),
         });

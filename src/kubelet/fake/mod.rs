@@ -200,6 +200,11 @@ impl FakeRuntime {
         self.lock().starts.iter().map(|(n, _)| n.clone()).collect()
     }
 
+    /// The config a container was created with.
+    pub fn container_config(&self, id: &str) -> Option<api::ContainerConfig> {
+        self.lock().containers.get(id).map(|c| c.config.clone())
+    }
+
     /// Number of sandboxes that are ready.
     pub fn ready_sandboxes(&self) -> usize {
         self.lock().sandboxes.values().filter(|s| s.ready).count()

@@ -4,7 +4,9 @@
 //! deleted so that at most `max_files` files (the live one included) remain.
 
 use crate::cri::{RuntimeService, api};
+use crate::kubelet::config::AgentConfig;
 use crate::kubelet::labels;
+use crate::kubelet::podconfig::convert::pod_log_directory;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -133,19 +135,10 @@ pub async fn rotate_container_log(
     Ok(true)
 }
 
-/// `<log_root>/pods/<ns>_<name>_<uid>`, where a pod's container logs live.
-pub fn pod_log_dir(log_root: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
-    log_root
-        .join("pods")
-        .join(format!("{namespace}_{name}_{uid}"))
-}
-
 /// Rotates the logs of every running container.
 pub async fn rotate_all(
     runtime: &dyn RuntimeService,
-    log_root: &Path,
-    max_size: u64,
-    max_files: usize,
+    config: &AgentConfig,
     now: SystemTime,
 ) -> crate::cri::CriResult<usize> {
     let running = runtime
@@ -178,14 +171,18 @@ pub async fn rotate_all(
             PathBuf::from(&status.log_path)
         } else {
             let label = |key: &str| container.labels.get(key).cloned().unwrap_or_default();
-            pod_log_dir(
-                log_root,
+            PathBuf::from(pod_log_directory(
+                config,
                 &label(labels::POD_NAMESPACE),
                 &label(labels::POD_NAME),
                 &label(labels::POD_UID),
-            )
+            ))
             .join(&status.log_path)
         };
+        let (max_size, max_files) = (
+            config.container_log_max_size,
+            config.container_log_max_files,
+        );
         match rotate_container_log(runtime, &container.id, &live, max_size, max_files, now).await {
             Ok(true) => rotated += 1,
             Ok(false) => {}
