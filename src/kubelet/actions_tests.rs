@@ -68,19 +68,10 @@ fn ctr(
         started_at: Some(at(0)),
         finished_at: (state == RunState::Exited).then(|| at(finished)),
         exit_code: exit,
-        reason: String::new(),
-        message: String::new(),
         image: format!("img-{name}"),
         image_ref: "sha256:abc".into(),
         hash: Some(container_hash(&spec_container(pod, name))),
-        restart_count: 0,
-        is_init: false,
-        log_path: String::new(),
-        termination_message_file: None,
-        termination_message_policy: None,
-        grace_period: None,
-        pre_stop: None,
-        ports: Vec::new(),
+        ..Default::default()
     }
 }
 

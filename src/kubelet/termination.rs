@@ -67,25 +67,13 @@ mod tests {
         ContainerView {
             id: "c".into(),
             name: "app".into(),
-            sandbox_id: "s".into(),
             state: RunState::Exited,
-            created_at: None,
-            started_at: None,
-            finished_at: None,
             exit_code: code,
-            reason: String::new(),
             message: "runtime says".into(),
-            image: String::new(),
-            image_ref: String::new(),
-            hash: None,
-            restart_count: 0,
-            is_init: false,
             log_path: "app/0.log".into(),
             termination_message_file: file.map(|f| f.to_string_lossy().into_owned()),
             termination_message_policy: Some(policy.into()),
-            grace_period: None,
-            pre_stop: None,
-            ports: Vec::new(),
+            ..Default::default()
         }
     }
 

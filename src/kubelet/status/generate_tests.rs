@@ -47,19 +47,11 @@ fn view(
         started_at: Some(at(created + 1)),
         finished_at: (state == RunState::Exited).then(|| at(created + 5)),
         exit_code: exit,
-        reason: String::new(),
-        message: String::new(),
         image: format!("img-{name}"),
         image_ref: format!("sha256:{name}"),
         hash: None,
         restart_count: restarts,
-        is_init: false,
-        log_path: String::new(),
-        termination_message_file: None,
-        termination_message_policy: None,
-        grace_period: None,
-        pre_stop: None,
-        ports: Vec::new(),
+        ..Default::default()
     }
 }
 
