@@ -7,7 +7,13 @@
 //!
 //! The proto is vendored from the k8s-cri crate (cri-api `runtime.v1`, Apache-2.0).
 
+pub mod client;
+pub mod endpoint;
+mod rpcs;
+pub mod server;
 mod service;
+pub mod socket;
+mod streaming_api;
 
 /// Generated `runtime.v1` messages, enums, and tonic clients/servers.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -16,6 +22,7 @@ pub mod api {
 }
 
 pub use service::{CriResult, EventStream, ImageService, RuntimeService};
+pub use streaming_api::{StreamIo, StreamingRuntime, TerminalSize};
 
 /// The CRI API version this crate speaks (reported by `Version`).
 pub const CRI_API_VERSION: &str = "v1";
