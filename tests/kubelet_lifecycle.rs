@@ -320,3 +320,54 @@ spec:
     assert_eq!(terminated.message.as_deref(), Some("disk full"));
     agent.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn failed_post_start_hook_kills_the_container() {
+    let h = Harness::new();
+    h.runtime.set_exec_exit_code("app", 1);
+    let agent = h.start();
+    apply(
+        &agent,
+        pod(
+            r#"
+metadata: {name: hooked}
+spec:
+  containers:
+  - name: app
+    image: "busybox:1.36"
+    lifecycle:
+      postStart:
+        exec: {command: [setup]}
+"#,
+            "uid-hooked",
+        ),
+    )
+    .await;
+    wait_until("hook failure reported", secs(30), || {
+        h.container("hooked", "app")
+            .is_some_and(|(state, _)| state == "waiting:PostStartHookError")
+    })
+    .await;
+    let first = h.runtime.start_times("app").len();
+    assert!(first >= 1);
+    assert_eq!(
+        h.runtime.running("app").len(),
+        0,
+        "killed after the failed hook"
+    );
+    let calls = h.runtime.calls();
+    let exec = calls
+        .iter()
+        .position(|c| c.ends_with(" setup"))
+        .expect("hook ran");
+    assert!(calls[exec..].iter().any(|c| c.starts_with("StopContainer")));
+    // Fixed: the next attempt (after its back-off) stays up.
+    h.runtime.set_exec_exit_code("app", 0);
+    wait_until("running", secs(60), || h.runtime.running("app").len() == 1).await;
+    wait_until("status running", secs(30), || {
+        h.container("hooked", "app")
+            .is_some_and(|(state, restarts)| state == "running" && restarts >= 1)
+    })
+    .await;
+    agent.stop().await;
+}

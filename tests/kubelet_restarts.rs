@@ -261,3 +261,28 @@ async fn pods_unknown_after_restart_are_removed() {
     assert!(!h.config.pod_dir("uid-gone").exists());
     second.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn two_hundred_pods_converge() {
+    let h = Harness::new();
+    let agent = h.start();
+    for i in 0..200 {
+        apply(
+            &agent,
+            single(&format!("p{i}"), r#"{name: app, image: "busybox:1.36"}"#),
+        )
+        .await;
+    }
+    wait_until("200 running", secs(120), || {
+        h.runtime.running("app").len() == 200
+    })
+    .await;
+    wait_until("200 statuses Running", secs(60), || {
+        (0..200).all(|i| h.phase(&format!("p{i}")).as_deref() == Some("Running"))
+    })
+    .await;
+    assert_eq!(agent.handle.pods().len(), 200);
+    assert!(agent.handle.health().is_ok());
+    assert_eq!(h.runtime.ready_sandboxes(), 200);
+    agent.stop().await;
+}

@@ -3,7 +3,7 @@
 //! pull back-off, container creation and start, postStart hooks.
 
 use crate::cri::{ImageService, RuntimeService, api};
-use crate::kubelet::actions::PodActions;
+use crate::kubelet::actions::{KillAction, KillReason, PodActions};
 use crate::kubelet::backoff::{Backoff, BackoffKey};
 use crate::kubelet::clock::Clock;
 use crate::kubelet::config::AgentConfig;
@@ -112,6 +112,23 @@ pub fn grace_period(pod: Option<&Pod>, view: &ContainerView, explicit: Option<i6
         .max(0)
 }
 
+/// A failed liveness/startup probe may shorten the grace period
+/// (`probe.terminationGracePeriodSeconds`).
+fn probe_grace_period(pod: &Pod, kill: &KillAction) -> Option<i64> {
+    let container = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == kill.name)?;
+    let probe = match kill.reason {
+        KillReason::LivenessFailed => container.liveness_probe.as_ref(),
+        KillReason::StartupFailed => container.startup_probe.as_ref(),
+        _ => None,
+    };
+    probe.and_then(|p| p.termination_grace_period_seconds)
+}
+
 /// Executes plans; one per agent, shared by the pod workers.
 pub struct Executor {
     pub runtime: Arc<dyn RuntimeService>,
@@ -151,9 +168,10 @@ impl Executor {
             let host = host.as_str();
             let kills = actions.containers_to_kill.iter().filter_map(|kill| {
                 let view = rt.containers.iter().find(|c| c.id == kill.container_id)?;
+                let grace = probe_grace_period(pod, kill);
                 Some(async move {
                     let outcome = self
-                        .kill_container(Some(pod), host, view, &kill.message, None)
+                        .kill_container(Some(pod), host, view, &kill.message, grace)
                         .await;
                     SyncResult::new(SyncAction::KillContainer, &kill.name, outcome)
                 })
@@ -641,5 +659,32 @@ mod tests {
             1
         );
         assert_eq!(grace_period(None, &view, Some(-5)), 0);
+    }
+
+    #[test]
+    fn failed_probes_may_shorten_the_grace_period() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "spec": {"containers": [{"name": "c", "livenessProbe": {
+                "exec": {"command": ["x"]}, "terminationGracePeriodSeconds": 4}}]}
+        }))
+        .unwrap();
+        let kill = |reason| KillAction {
+            container_id: "id".into(),
+            name: "c".into(),
+            reason,
+            message: String::new(),
+        };
+        assert_eq!(
+            probe_grace_period(&pod, &kill(KillReason::LivenessFailed)),
+            Some(4)
+        );
+        assert_eq!(
+            probe_grace_period(&pod, &kill(KillReason::StartupFailed)),
+            None
+        );
+        assert_eq!(
+            probe_grace_period(&pod, &kill(KillReason::SpecChanged)),
+            None
+        );
     }
 }
