@@ -16,6 +16,7 @@ pub mod executor;
 pub mod fake;
 pub mod gc;
 pub mod housekeeping;
+pub mod kill;
 pub mod labels;
 pub mod pleg;
 pub mod podconfig;
