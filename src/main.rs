@@ -22,6 +22,16 @@ enum Command {
     /// Manage images in the image store.
     #[command(subcommand)]
     Image(cli::image::ImageCommand),
+    /// Run the pods of a manifest directory and keep them converged.
+    Agent(cli::agent::AgentArgs),
+    /// List pods (from the agent's status files).
+    Pods(cli::pods::PodsArgs),
+    /// List the containers of every pod.
+    Ps,
+    /// Print a container's logs.
+    Logs(cli::pods::LogsArgs),
+    /// Run a command in a running container (non-interactive, CRI ExecSync).
+    Exec(cli::pods::ExecArgs),
     /// Internal entry points used when runp re-executes itself.
     #[command(flatten)]
     Internal(cli::internal::InternalCommand),
@@ -47,6 +57,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Image(cmd) => cli::image::run(&cli.global, cmd).await,
+            Command::Agent(args) => cli::agent::run(&cli.global, args).await,
+            Command::Pods(args) => cli::pods::pods(&cli.global, args),
+            Command::Ps => cli::pods::ps(&cli.global),
+            Command::Logs(args) => cli::pods::logs(&cli.global, args).await,
+            Command::Exec(args) => cli::pods::exec(&cli.global, args).await,
             Command::Internal(_) => unreachable!("dispatched above"),
         }
     });

@@ -1,7 +1,9 @@
 //! Subcommand implementations (the binary's side; `anyhow` lives here and in tests only).
 
+pub mod agent;
 pub mod image;
 pub mod internal;
+pub mod pods;
 
 use clap::Args;
 use std::path::PathBuf;

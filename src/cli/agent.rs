@@ -1,0 +1,164 @@
+//! `runp agent`: runs the pods of a manifest directory and keeps them converged.
+//!
+//! The sync loop talks to a CRI runtime through the CRI traits: here, a CRI server reached over
+//! gRPC (`--runtime-endpoint`, e.g. `runp`'s own CRI server, containerd or CRI-O). Wiring the
+//! in-process runtime (`--runtime=process`) waits for the runtime to land in this build.
+
+use super::GlobalOpts;
+use anyhow::Context;
+use clap::Args;
+use runp::cri::client::{RemoteOptions, RemoteRuntime};
+use runp::cri::endpoint::CriEndpoint;
+use runp::cri::{ImageService, RuntimeService};
+use runp::kubelet::clock::SystemClock;
+use runp::kubelet::config::AgentConfig;
+use runp::kubelet::environment::PodConfigEnvironment;
+use runp::kubelet::gc::images::ImageGcPolicy;
+use runp::kubelet::podconfig::{ManifestSource, SourceOptions, VolumeManager};
+use runp::kubelet::{Agent, AgentParts};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// Directory of Pod, ConfigMap and Secret manifests (YAML/JSON), watched for changes.
+    #[arg(long)]
+    pub manifests: PathBuf,
+    /// CRI endpoint of the container runtime (unix:///path.sock or tcp://host:port).
+    #[arg(long, env = "RUNP_RUNTIME_ENDPOINT")]
+    pub runtime_endpoint: String,
+    /// Node name given to pods.
+    #[arg(long, default_value = "runp-node")]
+    pub node_name: String,
+    /// Node IP (status.hostIP, and the pod IP of hostNetwork pods).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub node_ip: IpAddr,
+    /// Cluster DNS server for dnsPolicy ClusterFirst (repeatable).
+    #[arg(long)]
+    pub cluster_dns: Vec<IpAddr>,
+    /// Cluster domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// `namespace/name` of a dockerconfigjson secret used for every image pull.
+    #[arg(long)]
+    pub registry_auth_secret: Option<String>,
+    /// Rotate a container log when it is larger than this many bytes.
+    #[arg(long, default_value_t = 512 * 1024 * 1024)]
+    pub container_log_max_size: u64,
+    /// Log files kept per container, the live one included.
+    #[arg(long, default_value_t = 5)]
+    pub container_log_max_files: usize,
+    /// Image GC starts above this disk usage (percent).
+    #[arg(long, default_value_t = 85)]
+    pub image_gc_high_threshold: u8,
+    /// Image GC frees down to this disk usage (percent).
+    #[arg(long, default_value_t = 80)]
+    pub image_gc_low_threshold: u8,
+}
+
+impl AgentArgs {
+    pub fn config(&self, global: &GlobalOpts) -> AgentConfig {
+        let mut config = AgentConfig::with_root(&global.root);
+        config.node_name = self.node_name.clone();
+        config.node_ip = self.node_ip;
+        config.cluster_dns = self.cluster_dns.clone();
+        config.cluster_domain = self.cluster_domain.clone();
+        config.registry_auth_secret = self.registry_auth_secret.clone();
+        config.container_log_max_size = self.container_log_max_size;
+        config.container_log_max_files = self.container_log_max_files;
+        config
+    }
+}
+
+/// Logs manifest problems (file and reason) once each.
+fn report_problems(source: &ManifestSource, seen: &mut HashSet<String>) {
+    let problems = source.problems();
+    let current: HashSet<String> = problems
+        .iter()
+        .map(|p| format!("{}: {}", p.file.display(), p.message))
+        .collect();
+    for problem in &problems {
+        let key = format!("{}: {}", problem.file.display(), problem.message);
+        if seen.insert(key) {
+            tracing::warn!(file = %problem.file.display(), severity = ?problem.severity,
+                "manifest problem: {}", problem.message);
+        }
+    }
+    seen.retain(|k| current.contains(k));
+}
+
+pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.image_gc_low_threshold < args.image_gc_high_threshold
+            && args.image_gc_high_threshold <= 100,
+        "image GC thresholds: low ({}) must be below high ({}), high at most 100",
+        args.image_gc_low_threshold,
+        args.image_gc_high_threshold
+    );
+    let config = args.config(global);
+    let endpoint: CriEndpoint = args
+        .runtime_endpoint
+        .parse()
+        .with_context(|| format!("--runtime-endpoint {:?}", args.runtime_endpoint))?;
+    let remote = Arc::new(
+        RemoteRuntime::connect(&endpoint, RemoteOptions::default())
+            .await
+            .context("connecting to the container runtime")?,
+    );
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let (source, objects) = ManifestSource::spawn_with(
+        args.manifests.clone(),
+        tx,
+        SourceOptions::from_config(&config),
+    )
+    .context("reading the manifest directory")?;
+    let environment = Arc::new(PodConfigEnvironment::new(
+        VolumeManager::new(config.clone()),
+        config.clone(),
+    ));
+    let agent = Agent::new(AgentParts {
+        runtime: remote.clone() as Arc<dyn RuntimeService>,
+        images: remote as Arc<dyn ImageService>,
+        config,
+        events: rx,
+        objects,
+        environment,
+        clock: Arc::new(SystemClock),
+        image_gc: ImageGcPolicy {
+            high_percent: args.image_gc_high_threshold,
+            low_percent: args.image_gc_low_threshold,
+            ..ImageGcPolicy::default()
+        },
+    });
+    let problems = tokio::spawn(async move {
+        let mut seen = HashSet::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            report_problems(&source, &mut seen);
+        }
+    });
+    let shutdown = async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot watch SIGTERM; stop with Ctrl-C");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    let result = agent.run(shutdown).await;
+    problems.abort();
+    result.context("running the agent")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,330 @@
+//! The agent: wires the pod source, pod workers, PLEG, probes, status manager, GC and log
+//! rotation together over the CRI traits.
+//!
+//! Restart-safe by construction: a pod's sync compares its spec with what the runtime reports,
+//! so containers that a previous agent started (same spec hash) are adopted, not restarted.
+//! Shutdown stops the agent's tasks only; pods keep running.
+
+use crate::cri::{ImageService, RuntimeService, api};
+use crate::kubelet::clock::Clock;
+use crate::kubelet::config::AgentConfig;
+use crate::kubelet::environment::PodEnvironment;
+use crate::kubelet::executor::Executor;
+use crate::kubelet::gc::containers::{GcPolicy, collect};
+use crate::kubelet::gc::images::{ImageGc, ImageGcPolicy};
+use crate::kubelet::gc::logs::rotate_all;
+use crate::kubelet::housekeeping::{self, Orphans};
+use crate::kubelet::labels;
+use crate::kubelet::pleg::{Pleg, PlegHealth};
+use crate::kubelet::podconfig::{ObjectSource, PodEvent};
+use crate::kubelet::prober::manager::ProbeManager;
+use crate::kubelet::status::StatusManager;
+use crate::kubelet::worker::{PodWorkers, SyncDeps};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Errors that stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the container runtime does not answer: {0}")]
+    Runtime(tonic::Status),
+    #[error("cannot create {path}: {source}")]
+    Directory {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What an agent is built from.
+pub struct AgentParts {
+    pub runtime: Arc<dyn RuntimeService>,
+    pub images: Arc<dyn ImageService>,
+    pub config: AgentConfig,
+    /// Pod source events (Upsert/Remove/ObjectsChanged).
+    pub events: mpsc::Receiver<PodEvent>,
+    pub objects: Arc<dyn ObjectSource>,
+    pub environment: Arc<dyn PodEnvironment>,
+    pub clock: Arc<dyn Clock>,
+    pub image_gc: ImageGcPolicy,
+}
+
+/// A running view of the agent for callers (CLI status output, tests).
+#[derive(Clone)]
+pub struct AgentHandle {
+    workers: Arc<PodWorkers>,
+    pleg: PlegHealth,
+    clock: Arc<dyn Clock>,
+}
+
+impl AgentHandle {
+    /// Uids of the pods the agent manages.
+    pub fn pods(&self) -> Vec<String> {
+        self.workers.uids()
+    }
+
+    /// `Err(reason)` when the PLEG stopped relisting.
+    pub fn health(&self) -> Result<(), String> {
+        self.pleg.check(self.clock.now())
+    }
+}
+
+pub struct Agent {
+    deps: Arc<SyncDeps>,
+    workers: Arc<PodWorkers>,
+    pleg: Arc<Pleg>,
+    images: Arc<dyn ImageService>,
+    events: Option<mpsc::Receiver<PodEvent>>,
+    probe_updates: mpsc::UnboundedReceiver<crate::kubelet::prober::manager::ProbeUpdate>,
+    image_gc: ImageGcPolicy,
+}
+
+/// One periodic background job that never runs twice at once.
+#[derive(Default)]
+struct Job(Option<JoinHandle<()>>);
+
+impl Job {
+    fn start(&mut self, future: impl Future<Output = ()> + Send + 'static) {
+        if self.0.as_ref().is_none_or(|t| t.is_finished()) {
+            self.0 = Some(tokio::spawn(future));
+        }
+    }
+
+    fn abort(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+fn interval(period: std::time::Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
+impl Agent {
+    pub fn new(parts: AgentParts) -> Agent {
+        let config = Arc::new(parts.config);
+        let (probe_tx, probe_updates) = mpsc::unbounded_channel();
+        let probes = Arc::new(ProbeManager::new(
+            Arc::clone(&parts.runtime),
+            Arc::clone(&parts.clock),
+            config.node_ip.to_string(),
+            probe_tx,
+        ));
+        let executor = Arc::new(Executor {
+            runtime: Arc::clone(&parts.runtime),
+            images: Arc::clone(&parts.images),
+            environment: Arc::clone(&parts.environment),
+            objects: parts.objects,
+            config: Arc::clone(&config),
+            clock: Arc::clone(&parts.clock),
+            handlers: probes.handlers(),
+        });
+        let deps = Arc::new(SyncDeps {
+            runtime: Arc::clone(&parts.runtime),
+            executor,
+            environment: parts.environment,
+            probes,
+            status: Arc::new(StatusManager::new(config.status_dir.clone())),
+            clock: Arc::clone(&parts.clock),
+            config: Arc::clone(&config),
+        });
+        let pleg = Arc::new(Pleg::new(
+            parts.runtime,
+            parts.clock,
+            config.timings.pleg_relist,
+            config.timings.pleg_unhealthy_after,
+        ));
+        Agent {
+            workers: Arc::new(PodWorkers::new(Arc::clone(&deps))),
+            deps,
+            pleg,
+            images: parts.images,
+            events: Some(parts.events),
+            probe_updates,
+            image_gc: parts.image_gc,
+        }
+    }
+
+    pub fn handle(&self) -> AgentHandle {
+        AgentHandle {
+            workers: Arc::clone(&self.workers),
+            pleg: self.pleg.health(),
+            clock: Arc::clone(&self.deps.clock),
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), AgentError> {
+        let config = &self.deps.config;
+        for path in [
+            config.root_dir.join("var/pods"),
+            config.log_root.join("pods"),
+            config.status_dir.clone(),
+        ] {
+            std::fs::create_dir_all(&path)
+                .map_err(|source| AgentError::Directory { path, source })?;
+        }
+        let version = self
+            .deps
+            .runtime
+            .version(api::VersionRequest::default())
+            .await
+            .map_err(AgentError::Runtime)?;
+        let existing = self
+            .deps
+            .runtime
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: HashMap::from([(labels::MANAGED.to_string(), "true".into())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(AgentError::Runtime)?
+            .items;
+        let running = existing
+            .iter()
+            .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+            .count();
+        tracing::info!(
+            runtime = %version.runtime_name, version = %version.runtime_version,
+            sandboxes = existing.len(), running,
+            "agent starting; pods from a previous run are adopted as their manifests are read"
+        );
+        Ok(())
+    }
+
+    /// Runs until `shutdown` completes; pods keep running afterwards.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        self.prepare().await?;
+        let deps = Arc::clone(&self.deps);
+        let timings = deps.config.timings.clone();
+        let started = deps.clock.now();
+        let (pleg_tx, mut pleg_events) = mpsc::channel(1000);
+        let pleg_task = tokio::spawn(Arc::clone(&self.pleg).run(pleg_tx));
+        let orphans = Orphans::default();
+        let mut housekeeping_job = Job::default();
+        let mut container_gc_job = Job::default();
+        let mut image_gc_job = Job::default();
+        let mut log_job = Job::default();
+        let image_gc_state = Arc::new(tokio::sync::Mutex::new(ImageGc::default()));
+        let mut housekeeping_tick = interval(timings.housekeeping);
+        let mut status_tick = interval(timings.status_sync);
+        let mut container_gc_tick = interval(timings.container_gc);
+        let mut image_gc_tick = interval(self.image_gc.period);
+        let mut log_tick = interval(timings.log_rotation);
+        let mut pleg_was_healthy = true;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                event = recv(&mut self.events) => match event {
+                    Some(event) => self.handle_event(event),
+                    None => {
+                        tracing::warn!("the pod source closed; pods keep running as they are");
+                        self.events = None;
+                    }
+                },
+                Some(event) = pleg_events.recv() => self.workers.sync(&event.pod_uid),
+                Some(update) = self.probe_updates.recv() => self.workers.sync(&update.pod_uid),
+                _ = housekeeping_tick.tick() => {
+                    let now = deps.clock.now();
+                    let sources_ready = now.saturating_duration_since(started) >= timings.housekeeping
+                        && self.events.as_ref().is_none_or(|rx| rx.is_empty());
+                    let (deps, workers, orphans) =
+                        (Arc::clone(&deps), Arc::clone(&self.workers), orphans.clone());
+                    housekeeping_job.start(async move {
+                        housekeeping::run_once(&deps, &workers, &orphans, sources_ready).await;
+                    });
+                    match (self.pleg.health().check(now), pleg_was_healthy) {
+                        (Err(message), true) => {
+                            tracing::error!(%message, "PLEG unhealthy");
+                            pleg_was_healthy = false;
+                        }
+                        (Ok(()), false) => {
+                            tracing::info!("PLEG healthy again");
+                            pleg_was_healthy = true;
+                        }
+                        _ => {}
+                    }
+                }
+                _ = status_tick.tick() => deps.status.flush(),
+                _ = container_gc_tick.tick() => {
+                    let (deps, workers) = (Arc::clone(&deps), Arc::clone(&self.workers));
+                    let policy = GcPolicy {
+                        min_age: timings.container_gc_min_age,
+                        max_per_container: timings.container_gc_max_per_container,
+                    };
+                    container_gc_job.start(async move {
+                        let known = |uid: &str| workers.is_known(uid);
+                        let now = deps.clock.wall();
+                        if let Err(status) = collect(deps.runtime.as_ref(), &known, policy, now).await {
+                            tracing::warn!(error = %status, "container GC failed");
+                        }
+                    });
+                }
+                _ = image_gc_tick.tick() => {
+                    let (deps, images, state) =
+                        (Arc::clone(&deps), Arc::clone(&self.images), Arc::clone(&image_gc_state));
+                    let policy = self.image_gc;
+                    image_gc_job.start(async move {
+                        let now = deps.clock.wall();
+                        let mut gc = state.lock().await;
+                        if let Err(status) =
+                            gc.collect(deps.runtime.as_ref(), images.as_ref(), &policy, now).await
+                        {
+                            tracing::warn!(error = %status, "image GC failed");
+                        }
+                    });
+                }
+                _ = log_tick.tick() => {
+                    let deps = Arc::clone(&deps);
+                    log_job.start(async move {
+                        if let Err(status) =
+                            rotate_all(deps.runtime.as_ref(), &deps.config, deps.clock.wall()).await
+                        {
+                            tracing::warn!(error = %status, "log rotation failed");
+                        }
+                    });
+                }
+            }
+        }
+        tracing::info!("agent stopping; pods keep running");
+        pleg_task.abort();
+        for job in [
+            &mut housekeeping_job,
+            &mut container_gc_job,
+            &mut image_gc_job,
+            &mut log_job,
+        ] {
+            job.abort();
+        }
+        self.workers.shutdown();
+        deps.status.flush();
+        Ok(())
+    }
+
+    fn handle_event(&self, event: PodEvent) {
+        match event {
+            PodEvent::Upsert(pod) => self.workers.update(*pod),
+            PodEvent::Remove { uid } => {
+                if !self.workers.terminate(&uid, None) {
+                    tracing::debug!(pod = %uid, "removal of an unknown pod; housekeeping cleans up");
+                }
+            }
+            PodEvent::ObjectsChanged => self.workers.sync_all(),
+        }
+    }
+}
+
+/// Receives from the pod source, or waits forever once it closed.
+async fn recv(events: &mut Option<mpsc::Receiver<PodEvent>>) -> Option<PodEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,219 @@
+//! The status manager: keeps the latest status of every pod and writes it, with the pod's
+//! metadata and spec, to `<status_dir>/<namespace>_<name>.yaml` (atomically) when it changes;
+//! a periodic flush rewrites files that are missing or stale (a failed write, a deleted file).
+
+use crate::kubelet::podconfig::pod_identity;
+use crate::util::atomic_file::write_atomic;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+struct Entry {
+    path: PathBuf,
+    pod: Pod,
+    written: Option<Vec<u8>>,
+}
+
+/// Latest pod statuses and their files.
+pub struct StatusManager {
+    dir: PathBuf,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+/// Status file name of a pod.
+pub fn status_file_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}_{name}.yaml")
+}
+
+/// Reads a status file (a Pod with its status).
+pub fn read_status_file(path: &Path) -> io::Result<Pod> {
+    let text = std::fs::read_to_string(path)?;
+    serde_yaml_ng::from_str(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl StatusManager {
+    pub fn new(dir: PathBuf) -> Self {
+        StatusManager {
+            dir,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The status last set for `uid`.
+    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.entries().get(uid).and_then(|e| e.pod.status.clone())
+    }
+
+    /// The status a previous agent run wrote for this pod (same uid), so start and transition
+    /// times survive an agent restart.
+    pub fn load_previous(&self, pod: &Pod) -> Option<PodStatus> {
+        let (namespace, name, uid) = pod_identity(pod).ok()?;
+        let path = self.dir.join(status_file_name(namespace, name));
+        let previous = read_status_file(&path).ok()?;
+        (previous.metadata.uid.as_deref() == Some(uid))
+            .then_some(previous.status)
+            .flatten()
+    }
+
+    /// Records the status of `pod`; writes its file when the content changed.
+    pub fn set(&self, pod: &Pod, status: PodStatus) -> io::Result<bool> {
+        let (namespace, name, uid) =
+            pod_identity(pod).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let path = self.dir.join(status_file_name(namespace, name));
+        let mut full = pod.clone();
+        full.status = Some(status);
+        let bytes = serde_yaml_ng::to_string(&full)
+            .map_err(io::Error::other)?
+            .into_bytes();
+        let mut entries = self.entries();
+        let uid = uid.to_string();
+        if let Some(old) = entries.get(&uid)
+            && old.path != path
+        {
+            // Renamed in its manifest: the old file is stale.
+            let _ = std::fs::remove_file(&old.path);
+        }
+        let unchanged = entries
+            .get(&uid)
+            .is_some_and(|e| e.path == path && e.written.as_deref() == Some(&bytes[..]));
+        let entry = entries.entry(uid).or_insert_with(|| Entry {
+            path: path.clone(),
+            pod: full.clone(),
+            written: None,
+        });
+        entry.path = path;
+        entry.pod = full;
+        if unchanged {
+            return Ok(false);
+        }
+        entry.written = None;
+        std::fs::create_dir_all(&self.dir)?;
+        write_atomic(&entry.path, &bytes)?;
+        entry.written = Some(bytes);
+        Ok(true)
+    }
+
+    /// Rewrites files that are missing or were not written.
+    pub fn flush(&self) {
+        let mut entries = self.entries();
+        for entry in entries.values_mut() {
+            let on_disk = std::fs::read(&entry.path).ok();
+            if entry.written.is_some() && on_disk == entry.written {
+                continue;
+            }
+            let bytes = match serde_yaml_ng::to_string(&entry.pod) {
+                Ok(text) => text.into_bytes(),
+                Err(_) => continue,
+            };
+            let written =
+                std::fs::create_dir_all(&self.dir).and_then(|()| write_atomic(&entry.path, &bytes));
+            match written {
+                Ok(()) => entry.written = Some(bytes),
+                Err(err) => tracing::warn!(path = %entry.path.display(), error = %err,
+                    "cannot write pod status file"),
+            }
+        }
+    }
+
+    /// Forgets a pod and deletes its file.
+    pub fn remove(&self, uid: &str) {
+        if let Some(entry) = self.entries().remove(uid) {
+            match std::fs::remove_file(&entry.path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => tracing::warn!(path = %entry.path.display(), error = %err,
+                    "cannot remove pod status file"),
+            }
+        }
+    }
+
+    /// Deletes status files of pods this manager does not know (left by an earlier run).
+    pub fn remove_stray_files(&self) {
+        let known: Vec<PathBuf> = self.entries().values().map(|e| e.path.clone()).collect();
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for item in dir.flatten() {
+            let path = item.path();
+            let is_status = path.extension().is_some_and(|e| e == "yaml");
+            if is_status && !known.contains(&path) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Uids with a status.
+    pub fn known(&self) -> Vec<String> {
+        self.entries().keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"containers": [{"name": "a", "image": "busybox"}]}
+        }))
+        .unwrap()
+    }
+
+    fn status(phase: &str) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn writes_on_change_only_and_flush_repairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = StatusManager::new(dir.path().join("status"));
+        let web = pod("web", "u1");
+        assert!(manager.set(&web, status("Pending")).unwrap());
+        assert!(!manager.set(&web, status("Pending")).unwrap());
+        assert!(manager.set(&web, status("Running")).unwrap());
+        let file = dir.path().join("status/ns_web.yaml");
+        let read = read_status_file(&file).unwrap();
+        assert_eq!(read.status.unwrap().phase.as_deref(), Some("Running"));
+        assert_eq!(read.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(
+            manager.load_previous(&web).unwrap().phase.as_deref(),
+            Some("Running")
+        );
+        assert!(manager.load_previous(&pod("web", "other-uid")).is_none());
+
+        std::fs::remove_file(&file).unwrap();
+        manager.flush();
+        assert!(file.exists());
+    }
+
+    #[test]
+    fn rename_remove_and_strays() {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = StatusManager::new(dir.path().to_path_buf());
+        manager.set(&pod("web", "u1"), status("Running")).unwrap();
+        manager.set(&pod("web2", "u1"), status("Running")).unwrap();
+        assert!(!dir.path().join("ns_web.yaml").exists());
+        assert!(dir.path().join("ns_web2.yaml").exists());
+        std::fs::write(dir.path().join("ns_old.yaml"), "x").unwrap();
+        manager.remove_stray_files();
+        assert!(!dir.path().join("ns_old.yaml").exists());
+        assert!(dir.path().join("ns_web2.yaml").exists());
+        manager.remove("u1");
+        assert!(!dir.path().join("ns_web2.yaml").exists());
+        assert!(manager.known().is_empty());
+    }
+}
