@@ -134,7 +134,7 @@ pub async fn run(session: Session, operation: Operation, runtime: Arc<dyn Stream
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
     let mut background: Vec<JoinHandle<()>> = Vec::new();
     let stdin = stdin.map(|mut incoming| {
-        let (reader, mut writer) = tokio::io::simplex(PIPE_BUFFER);
+        let (reader, mut writer) = tokio::io::duplex(PIPE_BUFFER);
         background.push(tokio::spawn(async move {
             while let Some(chunk) = incoming.recv().await {
                 if writer.write_all(&chunk).await.is_err() {
@@ -148,7 +148,7 @@ pub async fn run(session: Session, operation: Operation, runtime: Arc<dyn Stream
     });
     let mut output = |out: Option<OutStream>| {
         out.map(|out| {
-            let (reader, writer) = tokio::io::simplex(PIPE_BUFFER);
+            let (reader, writer) = tokio::io::duplex(PIPE_BUFFER);
             pumps.push(tokio::spawn(async move { out.pump_from(reader).await }));
             Box::new(writer) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>
         })

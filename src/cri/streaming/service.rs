@@ -40,15 +40,7 @@ impl WithStreaming {
             .ok_or_else(|| {
                 tonic::Status::not_found(format!("container {container_id:?} has no status"))
             })?;
-        let state = api::ContainerState::try_from(status.state)
-            .unwrap_or(api::ContainerState::ContainerUnknown);
-        if state != api::ContainerState::ContainerRunning {
-            return Err(tonic::Status::failed_precondition(format!(
-                "container is in {} state",
-                state.as_str_name()
-            )));
-        }
-        Ok(())
+        container_running(&status)
     }
 
     async fn exec_url(&self, req: api::ExecRequest) -> CriResult<api::ExecResponse> {
@@ -78,17 +70,34 @@ impl WithStreaming {
                 pod_sandbox_id: req.pod_sandbox_id.clone(),
                 verbose: false,
             })
-            .await?
-            .status
-            .map(|s| s.state);
-        if status != Some(api::PodSandboxState::SandboxReady as i32) {
-            return Err(tonic::Status::failed_precondition(
-                "sandbox container is not running",
-            ));
-        }
+            .await?;
+        sandbox_ready(status.status.as_ref())?;
         let url = self.server.port_forward_url(&req)?;
         Ok(api::PortForwardResponse { url })
     }
+}
+
+/// containerd's Exec/Attach precondition.
+fn container_running(status: &api::ContainerStatus) -> CriResult<()> {
+    let state = api::ContainerState::try_from(status.state)
+        .unwrap_or(api::ContainerState::ContainerUnknown);
+    if state != api::ContainerState::ContainerRunning {
+        return Err(tonic::Status::failed_precondition(format!(
+            "container is in {} state",
+            state.as_str_name()
+        )));
+    }
+    Ok(())
+}
+
+/// containerd's PortForward precondition.
+fn sandbox_ready(status: Option<&api::PodSandboxStatus>) -> CriResult<()> {
+    if status.map(|s| s.state) != Some(api::PodSandboxState::SandboxReady as i32) {
+        return Err(tonic::Status::failed_precondition(
+            "sandbox container is not running",
+        ));
+    }
+    Ok(())
 }
 
 /// The body of one delegated RPC: the streaming three are answered here, the rest forwarded.
@@ -129,3 +138,44 @@ macro_rules! delegate_runtime {
 }
 
 runtime_unary_rpcs!(delegate_runtime! {});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_running_containers_and_ready_sandboxes_stream() {
+        let container = |state: api::ContainerState| api::ContainerStatus {
+            state: state as i32,
+            ..Default::default()
+        };
+        assert!(container_running(&container(api::ContainerState::ContainerRunning)).is_ok());
+        for state in [
+            api::ContainerState::ContainerCreated,
+            api::ContainerState::ContainerExited,
+            api::ContainerState::ContainerUnknown,
+        ] {
+            let err = container_running(&container(state)).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+            assert_eq!(
+                err.message(),
+                format!("container is in {} state", state.as_str_name())
+            );
+        }
+        let mut odd = container(api::ContainerState::ContainerRunning);
+        odd.state = 42;
+        assert!(container_running(&odd).is_err());
+
+        let sandbox = |state: api::PodSandboxState| api::PodSandboxStatus {
+            state: state as i32,
+            ..Default::default()
+        };
+        assert!(sandbox_ready(Some(&sandbox(api::PodSandboxState::SandboxReady))).is_ok());
+        let not_ready = sandbox(api::PodSandboxState::SandboxNotready);
+        assert_eq!(
+            sandbox_ready(Some(&not_ready)).unwrap_err().code(),
+            tonic::Code::FailedPrecondition
+        );
+        assert!(sandbox_ready(None).is_err());
+    }
+}
