@@ -13,6 +13,7 @@ mod rpcs;
 pub mod server;
 mod service;
 pub mod socket;
+pub mod streaming;
 mod streaming_api;
 
 /// Generated `runtime.v1` messages, enums, and tonic clients/servers.
