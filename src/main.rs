@@ -24,6 +24,8 @@ enum Command {
     Image(cli::image::ImageCommand),
     /// Run the pods of a manifest directory and keep them converged.
     Agent(cli::agent::AgentArgs),
+    /// Serve the CRI (RuntimeService + ImageService) over gRPC, backed by the process runtime.
+    Serve(cli::serve::ServeArgs),
     /// List pods (from the agent's status files).
     Pods(cli::pods::PodsArgs),
     /// List the containers of every pod.
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Image(cmd) => cli::image::run(&cli.global, cmd).await,
             Command::Agent(args) => cli::agent::run(&cli.global, args).await,
+            Command::Serve(args) => cli::serve::run(&cli.global, args).await,
             Command::Pods(args) => cli::pods::pods(&cli.global, args),
             Command::Ps => cli::pods::ps(&cli.global),
             Command::Logs(args) => cli::pods::logs(&cli.global, args).await,

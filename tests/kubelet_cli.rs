@@ -90,7 +90,7 @@ async fn agent_cli_end_to_end() {
         .arg(&root)
         .args(["agent", "--manifests"])
         .arg(&manifests)
-        .args(["--runtime-endpoint", &endpoint])
+        .args(["--runtime", "remote", "--runtime-endpoint", &endpoint])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

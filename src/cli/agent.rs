@@ -1,10 +1,11 @@
 //! `runp agent`: runs the pods of a manifest directory and keeps them converged.
 //!
-//! The sync loop talks to a CRI runtime through the CRI traits: here, a CRI server reached over
-//! gRPC (`--runtime-endpoint`, e.g. `runp`'s own CRI server, containerd or CRI-O). Wiring the
-//! in-process runtime (`--runtime=process`) waits for the runtime to land in this build.
+//! The sync loop talks to a CRI runtime through the CRI traits only: the in-process runtime
+//! (`--runtime=process`, the default; also served on `--listen` so `runp exec` and crictl can
+//! reach it), or any CRI server over gRPC (`--runtime=remote --runtime-endpoint unix:///...`,
+//! e.g. `runp serve` or containerd).
 
-use super::GlobalOpts;
+use super::{GlobalOpts, local};
 use anyhow::Context;
 use clap::Args;
 use runp::cri::client::{RemoteOptions, RemoteRuntime};
@@ -28,9 +29,20 @@ pub struct AgentArgs {
     /// Directory of Pod, ConfigMap and Secret manifests (YAML/JSON), watched for changes.
     #[arg(long)]
     pub manifests: PathBuf,
-    /// CRI endpoint of the container runtime (unix:///path.sock or tcp://host:port).
-    #[arg(long, env = "RUNP_RUNTIME_ENDPOINT")]
-    pub runtime_endpoint: String,
+    /// Which runtime runs the pods: the in-process one, or a CRI server over gRPC.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Process)]
+    pub runtime: RuntimeKind,
+    /// CRI endpoint of the remote runtime (unix:///path.sock or tcp://host:port).
+    #[arg(
+        long,
+        env = "RUNP_RUNTIME_ENDPOINT",
+        required_if_eq("runtime", "remote")
+    )]
+    pub runtime_endpoint: Option<String>,
+    /// With --runtime=process: also serve the CRI here (default unix://<root>/runp.sock;
+    /// `none` to serve nothing).
+    #[arg(long)]
+    pub listen: Option<String>,
     /// Node name given to pods.
     #[arg(long, default_value = "runp-node")]
     pub node_name: String,
@@ -58,6 +70,15 @@ pub struct AgentArgs {
     /// Image GC frees down to this disk usage (percent).
     #[arg(long, default_value_t = 80)]
     pub image_gc_low_threshold: u8,
+}
+
+/// The runtime behind the sync loop.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// runp's in-process runtime and image store.
+    Process,
+    /// A CRI server reached over gRPC.
+    Remote,
 }
 
 impl AgentArgs {
@@ -100,15 +121,40 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         args.image_gc_high_threshold
     );
     let config = args.config(global);
-    let endpoint: CriEndpoint = args
-        .runtime_endpoint
-        .parse()
-        .with_context(|| format!("--runtime-endpoint {:?}", args.runtime_endpoint))?;
-    let remote = Arc::new(
-        RemoteRuntime::connect(&endpoint, RemoteOptions::default())
-            .await
-            .context("connecting to the container runtime")?,
-    );
+    let mut served = None;
+    let (runtime, images): (Arc<dyn RuntimeService>, Arc<dyn ImageService>) = match args.runtime {
+        RuntimeKind::Remote => {
+            let endpoint = args.runtime_endpoint.as_deref().unwrap_or_default();
+            let endpoint: CriEndpoint = endpoint
+                .parse()
+                .with_context(|| format!("--runtime-endpoint {endpoint:?}"))?;
+            let remote = Arc::new(
+                RemoteRuntime::connect(&endpoint, RemoteOptions::default())
+                    .await
+                    .context("connecting to the container runtime")?,
+            );
+            (remote.clone(), remote)
+        }
+        RuntimeKind::Process => {
+            let local = local::start(global, Some(args.node_ip)).await?;
+            let listen = args
+                .listen
+                .clone()
+                .unwrap_or_else(|| local::default_endpoint(global));
+            let pair = (local.runtime.clone(), local.images.clone());
+            if listen != "none" {
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let server = tokio::spawn(async move {
+                    local::serve(&listen, &local, async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                });
+                served = Some((stop, server));
+            }
+            pair
+        }
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     let (source, objects) = ManifestSource::spawn_with(
         args.manifests.clone(),
@@ -121,8 +167,8 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         config.clone(),
     ));
     let agent = Agent::new(AgentParts {
-        runtime: remote.clone() as Arc<dyn RuntimeService>,
-        images: remote as Arc<dyn ImageService>,
+        runtime,
+        images,
         config,
         events: rx,
         objects,
@@ -142,23 +188,17 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             report_problems(&source, &mut seen);
         }
     });
-    let shutdown = async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot watch SIGTERM; stop with Ctrl-C");
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
+    let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
     problems.abort();
+    if let Some((stop, server)) = served {
+        let _ = stop.send(());
+        match server.await {
+            Ok(Err(err)) => tracing::warn!(error = %format!("{err:#}"), "CRI server"),
+            Err(err) => tracing::warn!(error = %err, "CRI server task"),
+            Ok(Ok(())) => {}
+        }
+    }
     result.context("running the agent")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,9 @@
 pub mod agent;
 pub mod image;
 pub mod internal;
+pub mod local;
 pub mod pods;
+pub mod serve;
 
 use clap::Args;
 use std::path::PathBuf;
@@ -35,9 +37,17 @@ impl GlobalOpts {
     }
 }
 
-/// Logs go to stderr so command output on stdout stays machine-readable.
+/// Logs go to stderr so command output on stdout stays machine-readable. libcontainer and
+/// libcgroups warn per container about controllers this host lacks; they are quiet unless the
+/// filter names them.
 pub fn init_tracing(opts: &GlobalOpts) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&opts.log_level)
+    let mut directives = opts.log_level.clone();
+    for noisy in ["libcgroups", "libcontainer"] {
+        if !directives.contains(noisy) {
+            directives.push_str(&format!(",{noisy}=error"));
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

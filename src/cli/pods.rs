@@ -54,9 +54,9 @@ pub struct ExecArgs {
     pub container: Option<String>,
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// CRI endpoint of the container runtime.
+    /// CRI endpoint of the container runtime (default: the agent's, unix://<root>/runp.sock).
     #[arg(long, env = "RUNP_RUNTIME_ENDPOINT")]
-    pub runtime_endpoint: String,
+    pub runtime_endpoint: Option<String>,
     /// Seconds the command may run (0: no limit).
     #[arg(long, default_value_t = 0)]
     pub timeout: i64,
@@ -459,10 +459,13 @@ pub async fn exec(global: &GlobalOpts, args: ExecArgs) -> anyhow::Result<ExitCod
         .map(|id| id.trim_start_matches(CONTAINER_ID_SCHEME).to_string())
         .filter(|_| running)
         .with_context(|| format!("container {:?} is not running", container.name))?;
-    let endpoint: CriEndpoint = args
+    let endpoint = args
         .runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| super::local::default_endpoint(global));
+    let endpoint: CriEndpoint = endpoint
         .parse()
-        .with_context(|| format!("--runtime-endpoint {:?}", args.runtime_endpoint))?;
+        .with_context(|| format!("--runtime-endpoint {endpoint:?}"))?;
     let remote = RemoteRuntime::connect(&endpoint, RemoteOptions::default())
         .await
         .context("connecting to the container runtime")?;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
-use tracing::{debug, info};
+use tracing::debug;
 
 /// The `VersionRequest.version` kubelet sends (runtimes ignore it).
 const KUBELET_RUNTIME_API_VERSION: &str = "0.1.0";
@@ -141,7 +141,7 @@ impl RemoteRuntime {
         };
         match RuntimeService::version(&remote, request).await {
             Ok(version) => {
-                info!(
+                debug!(
                     %endpoint,
                     runtime = %version.runtime_name,
                     runtime_version = %version.runtime_version,

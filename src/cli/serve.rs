@@ -1,0 +1,25 @@
+//! `runp serve`: the CRI RuntimeService and ImageService over gRPC on a unix socket, backed by
+//! the in-process runtime and image store (usable by crictl or a kubelet).
+
+use super::{GlobalOpts, local};
+use clap::Args;
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// CRI endpoint to listen on (unix:///path.sock, or tcp://127.0.0.1:PORT).
+    #[arg(long, default_value = "unix:///run/runp/runp.sock")]
+    pub listen: String,
+    /// IP reported for host-network pods (detected when omitted).
+    #[arg(long)]
+    pub node_ip: Option<IpAddr>,
+}
+
+pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let local = local::start(global, args.node_ip).await?;
+    local::serve(&args.listen, &local, local::termination_signal()).await?;
+    // Pods keep running: their shims are independent of this process.
+    tracing::info!("CRI server stopped; pods keep running");
+    Ok(ExitCode::SUCCESS)
+}
