@@ -22,6 +22,7 @@ mod spawn;
 
 pub use error::JailError;
 pub use exec::run_exec_helper;
+pub use namespaces::is_namespace_file;
 pub use namespaces::release_pod_namespaces;
 pub use proc::{
     exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
@@ -29,7 +30,7 @@ pub use proc::{
 };
 pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
 pub use shim::run_shim;
-pub use spawn::{spawn_exec, spawn_shim};
+pub use spawn::{spawn_exec, spawn_program, spawn_shim};
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
@@ -137,6 +138,14 @@ pub struct ExecSpec {
 pub enum ExecReport {
     Started { pid: i32 },
     Failed { message: String },
+}
+
+/// A started helper program; its pid is the caller's reaper's to wait for.
+pub struct SpawnedProgram {
+    pub pid: i32,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
 }
 
 pub struct SpawnedExec {

@@ -96,6 +96,13 @@ pub fn release_pod_namespaces(ns_dir: &Path) -> Result<(), JailError> {
     Ok(())
 }
 
+/// Whether `path` is a namespace file (a live nsfs bind mount or /proc/<pid>/ns entry), not the
+/// empty placeholder left once the namespace was released.
+pub fn is_namespace_file(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+}
+
 /// Brings the loopback interface of the current network namespace up.
 pub(crate) fn loopback_up() -> Result<(), JailError> {
     let sock = socket(
@@ -162,5 +169,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         release_pod_namespaces(dir.path()).unwrap();
         release_pod_namespaces(&dir.path().join("missing")).unwrap();
+    }
+
+    #[test]
+    fn namespace_files_are_told_from_plain_files() {
+        assert!(is_namespace_file(Path::new("/proc/self/ns/net")));
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("net");
+        std::fs::write(&plain, b"").unwrap();
+        assert!(!is_namespace_file(&plain));
+        assert!(!is_namespace_file(&dir.path().join("missing")));
     }
 }

@@ -5,7 +5,9 @@
 
 use super::channel;
 use super::fds::{cloexec_pipe, set_nonblocking};
-use super::{ExecReport, ExecSpec, JailError, ShimReport, SpawnedExec, SpawnedShim};
+use super::{
+    ExecReport, ExecSpec, JailError, ShimReport, SpawnedExec, SpawnedProgram, SpawnedShim,
+};
 use nix::fcntl::{FcntlArg, fcntl};
 use std::ffi::OsStr;
 use std::io::Write;
@@ -96,6 +98,32 @@ pub fn spawn_exec(runp_exe: &Path, spec: &ExecSpec) -> Result<SpawnedExec, JailE
         stderr: stderr_r,
         stdin: None,
         report: report_rx,
+    })
+}
+
+/// Starts a helper program (a CNI plugin) with exactly `env` and stdin/stdout/stderr on pipes.
+/// A plain `Command` (no pre-exec hook, no cwd change): std uses posix_spawn, whose
+/// exec-failure path never needs our `waitpid`.
+pub fn spawn_program(
+    program: &Path,
+    env: &[(String, String)],
+) -> Result<SpawnedProgram, JailError> {
+    let mut child = Command::new(program)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| JailError::io(format!("cannot execute {}", program.display()), err))?;
+    let pid = child.id() as i32;
+    let missing = || JailError::io("child pipe", std::io::Error::other("not piped"));
+    // Dropping `Child` neither waits nor kills: the caller's reaper owns the pid.
+    Ok(SpawnedProgram {
+        pid,
+        stdin: child.stdin.take().ok_or_else(missing)?.into(),
+        stdout: child.stdout.take().ok_or_else(missing)?.into(),
+        stderr: child.stderr.take().ok_or_else(missing)?.into(),
     })
 }
 
