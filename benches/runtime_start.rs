@@ -96,13 +96,15 @@ async fn main() -> anyhow::Result<()> {
     let images = ImageStore::open(dir.path().join("images"))?;
     images.import(&fixtures.join("busybox-oci"))?;
     let reaper = Reaper::start()?;
-    let rt = ProcessRuntime::start(RuntimeOptions::new(
+    let mut options = RuntimeOptions::new(
         dir.path().join("rt"),
         env!("CARGO_BIN_EXE_runp"),
         images,
         reaper,
-    ))
-    .await?;
+    );
+    // The peer (`crun run`) gets a bare network namespace: compare like with like.
+    options.network.mode = runp::runtime::network::NetworkMode::Loopback;
+    let rt = ProcessRuntime::start(options).await?;
     let logs = dir.path().join("logs");
     // Warm-up (page cache, first overlay mount) is not measured.
     for i in 0..2 {

@@ -23,13 +23,28 @@ async fn full_pod_lifecycle_with_logs_and_events() {
     let status = env.pod_status(&pod.0, true).await;
     let s = status.status.unwrap();
     assert_eq!(s.state, api::PodSandboxState::SandboxReady as i32);
-    assert_eq!(s.network.unwrap().ip, "127.0.0.1");
+    // Real root: an IP on the test bridge (CNI); rootless: loopback only.
+    let ip = s.network.unwrap().ip;
+    if cni_available() {
+        let cidr: ipnet::IpNet = TEST_POD_CIDR.parse().unwrap();
+        assert!(
+            cidr.contains(&ip.parse::<std::net::IpAddr>().unwrap()),
+            "{ip}"
+        );
+    } else {
+        assert_eq!(ip, "127.0.0.1");
+    }
     assert!(
         s.created_at > 1_600_000_000_000_000_000,
         "created_at in ns: {}",
         s.created_at
     );
-    assert!(status.info["info"].contains("loopback only"));
+    let network = if cni_available() {
+        "CNI network runp"
+    } else {
+        "loopback only"
+    };
+    assert!(status.info["info"].contains(network), "{:?}", status.info);
 
     let id = env
         .run(

@@ -70,6 +70,9 @@ pub struct AgentArgs {
     /// Image GC frees down to this disk usage (percent).
     #[arg(long, default_value_t = 80)]
     pub image_gc_low_threshold: u8,
+    /// With --runtime=process: the pod network.
+    #[command(flatten)]
+    pub network: local::NetworkArgs,
 }
 
 /// The runtime behind the sync loop.
@@ -136,7 +139,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             (remote.clone(), remote)
         }
         RuntimeKind::Process => {
-            let local = local::start(global, Some(args.node_ip)).await?;
+            let local = local::start(global, Some(args.node_ip), &args.network).await?;
             let listen = args
                 .listen
                 .clone()

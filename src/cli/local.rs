@@ -5,10 +5,69 @@ use anyhow::Context;
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{ImageService, RuntimeService};
 use runp::image::ImageStore;
+use runp::runtime::network::{NetworkMode, NetworkOptions};
 use runp::runtime::{ProcessRuntime, Reaper, RuntimeOptions};
 use std::future::Future;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+/// The pod network options of `runp serve` and `runp agent --runtime=process`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct NetworkArgs {
+    /// Pod network: `cni` (a bridge through the CNI plugins; fail if unusable), `loopback`
+    /// (each pod gets lo only and IP 127.0.0.1), or `auto` (cni when usable: real root and
+    /// the plugins installed; else loopback, saying why).
+    #[arg(long, value_enum, default_value_t = NetworkKind::Auto)]
+    pub network: NetworkKind,
+    /// Directory of the CNI plugin binaries (repeatable; searched in order). Default:
+    /// /opt/cni/bin, then /usr/lib/cni (Debian's containernetworking-plugins).
+    #[arg(long)]
+    pub cni_bin_dir: Vec<PathBuf>,
+    /// CIDR pod IPs are allocated from (repeatable: one IPv4, one IPv6). Default 10.88.0.0/16.
+    #[arg(long)]
+    pub pod_cidr: Vec<ipnet::IpNet>,
+    /// Name of the host bridge pods are attached to.
+    #[arg(long, default_value = "runp0")]
+    pub pod_bridge: String,
+    /// Where host-local keeps the IP leases (default <root>/runtime/cni/networks). Runtimes
+    /// on one host that share a bridge and CIDR must share this directory.
+    #[arg(long)]
+    pub cni_data_dir: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetworkKind {
+    Auto,
+    Cni,
+    Loopback,
+}
+
+impl NetworkArgs {
+    pub fn options(&self) -> NetworkOptions {
+        let defaults = NetworkOptions::default();
+        NetworkOptions {
+            mode: match self.network {
+                NetworkKind::Auto => NetworkMode::Auto,
+                NetworkKind::Cni => NetworkMode::Cni,
+                NetworkKind::Loopback => NetworkMode::Loopback,
+            },
+            cni_bin_dirs: if self.cni_bin_dir.is_empty() {
+                defaults.cni_bin_dirs
+            } else {
+                self.cni_bin_dir.clone()
+            },
+            pod_cidrs: if self.pod_cidr.is_empty() {
+                defaults.pod_cidrs
+            } else {
+                self.pod_cidr.clone()
+            },
+            bridge: self.pod_bridge.clone(),
+            data_dir: self.cni_data_dir.clone(),
+            plugin_timeout: defaults.plugin_timeout,
+        }
+    }
+}
 
 /// The process runtime and its image store, as CRI trait objects.
 pub struct LocalRuntime {
@@ -23,7 +82,11 @@ pub fn default_endpoint(global: &GlobalOpts) -> String {
 
 /// Opens the image store and starts the process runtime under `--root`, re-adopting what a
 /// previous agent left running. Owns this process's one reaper.
-pub async fn start(global: &GlobalOpts, node_ip: Option<IpAddr>) -> anyhow::Result<LocalRuntime> {
+pub async fn start(
+    global: &GlobalOpts,
+    node_ip: Option<IpAddr>,
+    network: &NetworkArgs,
+) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
     let store = ImageStore::open(&image_root)
         .with_context(|| format!("opening the image store {}", image_root.display()))?;
@@ -31,6 +94,7 @@ pub async fn start(global: &GlobalOpts, node_ip: Option<IpAddr>) -> anyhow::Resu
     let reaper = Reaper::start().context("starting the child reaper")?;
     let mut options = RuntimeOptions::new(global.root.join("runtime"), exe, store.clone(), reaper);
     options.node_ip = node_ip.map(|ip| ip.to_string());
+    options.network = network.options();
     let runtime = ProcessRuntime::start(options)
         .await
         .context("starting the process runtime")?;

@@ -14,10 +14,12 @@ pub struct ServeArgs {
     /// IP reported for host-network pods (detected when omitted).
     #[arg(long)]
     pub node_ip: Option<IpAddr>,
+    #[command(flatten)]
+    pub network: local::NetworkArgs,
 }
 
 pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let local = local::start(global, args.node_ip).await?;
+    let local = local::start(global, args.node_ip, &args.network).await?;
     local::serve(&args.listen, &local, local::termination_signal()).await?;
     // Pods keep running: their shims are independent of this process.
     tracing::info!("CRI server stopped; pods keep running");

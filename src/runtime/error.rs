@@ -1,5 +1,6 @@
 //! The runtime's error type, mapped once to a CRI status at the trait boundary.
 
+use crate::runtime::network::NetworkError;
 use std::path::PathBuf;
 
 /// Everything a runtime operation can fail with.
@@ -28,6 +29,8 @@ pub enum RuntimeError {
     Image(#[from] crate::image::ImageError),
     #[error("jail: {0}")]
     Jail(#[from] crate::jail::JailError),
+    #[error("pod network: {0}")]
+    Network(#[from] crate::runtime::network::NetworkError),
     #[error("{0}")]
     Internal(String),
 }
@@ -67,9 +70,13 @@ impl From<RuntimeError> for tonic::Status {
                 let status = tonic::Status::from(err);
                 tonic::Status::new(status.code(), msg)
             }
-            RuntimeError::Io { .. } | RuntimeError::Jail(_) | RuntimeError::Internal(_) => {
-                tonic::Status::internal(msg)
+            RuntimeError::Network(NetworkError::InvalidPortMapping(_)) => {
+                tonic::Status::invalid_argument(msg)
             }
+            RuntimeError::Io { .. }
+            | RuntimeError::Jail(_)
+            | RuntimeError::Network(_)
+            | RuntimeError::Internal(_) => tonic::Status::internal(msg),
         }
     }
 }

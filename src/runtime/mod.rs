@@ -12,6 +12,7 @@ pub mod events;
 mod exec;
 pub mod ids;
 mod monitor;
+pub mod network;
 pub mod reaper;
 mod recovery;
 mod sandbox;
@@ -51,6 +52,8 @@ pub struct RuntimeOptions {
     pub cgroups: Option<Cgroups>,
     /// Hang guard for a shim's start report.
     pub shim_start_timeout: Duration,
+    /// The pod network (CNI bridge, or loopback only).
+    pub network: network::NetworkOptions,
 }
 
 impl RuntimeOptions {
@@ -69,6 +72,7 @@ impl RuntimeOptions {
             node_ip: None,
             cgroups: None,
             shim_start_timeout: Duration::from_secs(60),
+            network: network::NetworkOptions::default(),
         }
     }
 }
@@ -98,6 +102,7 @@ pub struct ProcessRuntime {
     /// Which uids/gids containers may use (all on the host; few as mapped root).
     ids: spec::IdMapping,
     shim_start_timeout: Duration,
+    network: network::Network,
     /// Host-wide notices already logged (each once).
     notices: Mutex<std::collections::HashSet<String>>,
     /// Dropped with the runtime: every watcher waits on it.
@@ -129,9 +134,9 @@ impl ProcessRuntime {
                 "cgroups unavailable (rootless): cpu/memory/pids limits are not enforced; stats come from /proc"
             ),
         }
-        tracing::info!(
-            "pod network: each pod gets its own network namespace with loopback only; PodSandboxStatus reports 127.0.0.1"
-        );
+        let network =
+            network::Network::start(opts.network, rootless, &opts.root, opts.reaper.clone())
+                .await?;
         let max_nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map(|(_, hard)| hard)
             .unwrap_or(spec::security::DEFAULT_NOFILE);
@@ -160,6 +165,7 @@ impl ProcessRuntime {
             max_nofile,
             ids: read_id_mapping(),
             shim_start_timeout: opts.shim_start_timeout,
+            network,
             notices: Mutex::new(Default::default()),
             shutdown: tokio::sync::watch::channel(()).0,
         });

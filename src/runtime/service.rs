@@ -191,7 +191,7 @@ impl RuntimeService for ProcessRuntime {
             .map(|n| n.pod_cidr)
             .filter(|c| !c.is_empty())
         {
-            tracing::info!(pod_cidr = %cidr, "pod CIDR noted; pods use loopback-only network namespaces for now");
+            tracing::info!(pod_cidr = %cidr, "pod CIDR from UpdateRuntimeConfig ignored: runp allocates pod IPs from its --pod-cidr");
         }
         Ok(api::UpdateRuntimeConfigResponse {})
     }
@@ -203,7 +203,7 @@ impl RuntimeService for ProcessRuntime {
                 "cgroups": self.cgroups.unavailable_reason().unwrap_or("available"),
                 "cgroupSetup": self.cgroups.setup_name(),
                 "rootless": self.rootless,
-                "network": "per-pod network namespace, loopback only",
+                "network": self.network.describe(),
             });
             info.insert("info".to_string(), verbose.to_string());
         }
@@ -216,12 +216,23 @@ impl RuntimeService for ProcessRuntime {
                         reason: String::new(),
                         message: String::new(),
                     },
-                    api::RuntimeCondition {
-                        r#type: "NetworkReady".to_string(),
-                        status: true,
-                        reason: "LoopbackOnly".to_string(),
-                        message: "each pod has its own network namespace with loopback only"
-                            .to_string(),
+                    // Loopback-only pods still run (and reach each other through hostNetwork
+                    // services), so the network is "ready" either way; the reason says which.
+                    match self.network.loopback_reason() {
+                        None => api::RuntimeCondition {
+                            r#type: "NetworkReady".to_string(),
+                            status: true,
+                            reason: String::new(),
+                            message: self.network.pod_summary(),
+                        },
+                        Some(reason) => api::RuntimeCondition {
+                            r#type: "NetworkReady".to_string(),
+                            status: true,
+                            reason: "LoopbackOnly".to_string(),
+                            message: format!(
+                                "each pod has its own network namespace with loopback only: {reason}"
+                            ),
+                        },
                     },
                 ],
             }),

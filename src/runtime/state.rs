@@ -7,6 +7,7 @@
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::ids;
+use crate::runtime::network::NetworkAttachment;
 use crate::util::atomic_file::write_json_atomic;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -106,11 +107,25 @@ pub struct SandboxRecord {
     pub host_network: bool,
     pub host_ipc: bool,
     pub ip: String,
+    /// The pod's other IPs (IPv6 in a dual-stack network).
+    #[serde(default)]
+    pub additional_ips: Vec<String>,
+    /// What the pod's network is, for PodSandboxStatus (fixed at creation).
+    #[serde(default = "default_network_info")]
+    pub network_info: String,
+    /// The CNI attachment still to be deleted: set before ADD, cleared by a successful DEL.
+    #[serde(default)]
+    pub network: Option<NetworkAttachment>,
     pub namespaces: NamespacePaths,
     pub infra: Option<ProcessRecord>,
     /// The pod cgroup (relative to the cgroup root) when cgroups are writable.
     pub cgroup_parent: Option<PathBuf>,
     pub shm_mounted: bool,
+}
+
+/// Records written before the CNI network existed describe loopback-only pods.
+fn default_network_info() -> String {
+    "own network namespace with loopback only".to_string()
 }
 
 impl SandboxRecord {
@@ -413,6 +428,9 @@ mod tests {
             host_network: false,
             host_ipc: false,
             ip: "127.0.0.1".into(),
+            additional_ips: vec![],
+            network_info: default_network_info(),
+            network: None,
             namespaces: NamespacePaths::default(),
             infra: None,
             cgroup_parent: None,
@@ -438,6 +456,23 @@ mod tests {
         assert_eq!(got.state, SandboxState::NotReady);
         assert_eq!(got.config().unwrap().hostname, "host");
         assert_eq!(got.metadata().attempt, 1);
+    }
+
+    #[test]
+    fn records_from_before_the_cni_network_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, rec) = sample(dir.path());
+        let mut old = serde_json::to_value(&rec).unwrap();
+        for field in ["additional_ips", "network_info", "network"] {
+            old.as_object_mut().unwrap().remove(field);
+        }
+        let loaded: SandboxRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(loaded.network, None);
+        assert!(loaded.additional_ips.is_empty());
+        assert_eq!(
+            loaded.network_info,
+            "own network namespace with loopback only"
+        );
     }
 
     #[test]

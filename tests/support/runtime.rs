@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+#[path = "net.rs"]
+mod net;
+pub use net::*;
+
 pub const BUSYBOX: &str = "docker.io/library/busybox:latest";
 /// Entrypoint `/bin/sh -c`, Cmd `cat /opt/extra/hello`, User app, StopSignal SIGUSR1.
 pub const EXTRA: &str = "runp.test/busybox-extra:1";
@@ -72,6 +76,7 @@ pub fn options(dir: &Path, images: &ImageStore) -> RuntimeOptions {
         reaper(),
     );
     opts.shim_start_timeout = Duration::from_secs(30);
+    opts.network = network_options();
     opts
 }
 
@@ -86,6 +91,11 @@ impl Env {
     }
 
     pub async fn new() -> Env {
+        Env::with(|_| {}).await
+    }
+
+    /// A fresh runtime whose options `adjust` changed.
+    pub async fn with(adjust: impl FnOnce(&mut RuntimeOptions)) -> Env {
         let fx = process_fixtures();
         // Short paths: libcontainer puts unix sockets under the runtime root.
         let dir = tempfile::Builder::new()
@@ -99,11 +109,11 @@ impl Env {
         images
             .import(&fx.fixtures.join("busybox-extra-oci"))
             .expect("import busybox-extra");
-        let rt = ProcessRuntime::start(options(dir.path(), &images))
-            .await
-            .expect("start runtime");
+        let mut opts = options(dir.path(), &images);
+        adjust(&mut opts);
+        let rt = ProcessRuntime::start(opts).await.expect("start runtime");
         Env {
-            guard: LeakGuard(dir.path().to_path_buf()),
+            guard: LeakGuard::new(dir.path()),
             dir,
             images,
             rt,
@@ -335,9 +345,23 @@ pub fn zombie_children() -> Vec<i32> {
 }
 
 /// After a test (panicked or not): SIGKILL every process the runtime's records say runs (when
-/// its start time still matches) and detach every mount under the test's directory. A passing
-/// test has cleaned up already and this finds nothing.
-pub struct LeakGuard(pub PathBuf);
+/// its start time still matches), CNI DEL what the records still have attached (while the
+/// namespace files still hold the netns), and detach every mount under the test's directory.
+/// A passing test has cleaned up already and this finds nothing. Holds the test's
+/// [`NetLease`], released after all that.
+pub struct LeakGuard {
+    pub dir: PathBuf,
+    _net: Option<NetLease>,
+}
+
+impl LeakGuard {
+    pub fn new(dir: &Path) -> LeakGuard {
+        LeakGuard {
+            dir: dir.to_path_buf(),
+            _net: NetLease::acquire(),
+        }
+    }
+}
 
 fn start_time(pid: i64) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -347,7 +371,7 @@ fn start_time(pid: i64) -> Option<u64> {
 
 impl Drop for LeakGuard {
     fn drop(&mut self) {
-        let rt = self.0.join("rt");
+        let rt = self.dir.join("rt");
         for (kind, file, key) in [
             ("containers", "container.json", "process"),
             ("sandboxes", "sandbox.json", "infra"),
@@ -375,7 +399,8 @@ impl Drop for LeakGuard {
                 }
             }
         }
-        let prefix = self.0.display().to_string();
+        release_leftover_networks(&rt);
+        let prefix = self.dir.display().to_string();
         let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap_or_default()
             .lines()

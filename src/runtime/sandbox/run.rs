@@ -7,6 +7,7 @@ use crate::runtime::ProcessRuntime;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::ids::new_id;
 use crate::runtime::monitor::watch_infra;
+use crate::runtime::network::LOOPBACK_POD_IP;
 use crate::runtime::state::{
     NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, sandbox_name_key, write_volatile,
 };
@@ -91,23 +92,28 @@ impl ProcessRuntime {
         host_ipc: bool,
     ) -> Result<()> {
         std::fs::create_dir_all(dir.join("ns")).map_err(RuntimeError::io("creating", dir))?;
+        // Bad port mappings fail here, before anything exists.
+        let (network, network_info) = if host_network {
+            (None, "host network namespace".to_string())
+        } else {
+            let meta = config.metadata.clone().unwrap_or_default();
+            let netns = dir.join("ns").join("net");
+            let attachment = self
+                .network
+                .prepare(id, &meta, &netns, &config.port_mappings)?;
+            (attachment, self.network.pod_summary())
+        };
         let ip = if host_network {
             self.node_ip.clone()
         } else {
-            "127.0.0.1".to_string()
+            LOOPBACK_POD_IP.to_string()
         };
-        let write = |name: &str, content: &[u8]| {
-            let path = dir.join(name);
-            write_volatile(&path, content)
-        };
-        write("hostname", files::hostname_file(&hostname).as_bytes())?;
-        if host_network {
-            copy_host_file("/etc/hosts", &dir.join("hosts"))?;
-        } else {
-            write("hosts", files::hosts_file(&hostname, &ip).as_bytes())?;
-        }
+        write_volatile(
+            &dir.join("hostname"),
+            files::hostname_file(&hostname).as_bytes(),
+        )?;
         match files::resolv_conf(config.dns_config.as_ref()) {
-            Some(content) => write("resolv.conf", content.as_bytes())?,
+            Some(content) => write_volatile(&dir.join("resolv.conf"), content.as_bytes())?,
             None => copy_host_file("/etc/resolv.conf", &dir.join("resolv.conf"))?,
         }
         let shm_mounted = if host_ipc {
@@ -127,7 +133,7 @@ impl ProcessRuntime {
         };
         let linux = config.linux.clone().unwrap_or_default();
         let cgroup_parent = self.cgroups.pod_cgroup(&linux.cgroup_parent, id)?;
-        let mut record = SandboxRecord {
+        let record = SandboxRecord {
             id: id.to_string(),
             config: prost::Message::encode_to_vec(&config),
             runtime_handler: runtime_handler.to_string(),
@@ -137,17 +143,26 @@ impl ProcessRuntime {
             host_network,
             host_ipc,
             ip,
+            additional_ips: Vec::new(),
+            network_info,
+            // Recorded before ADD runs: whatever happens next, stop and remove run DEL.
+            network,
             namespaces: NamespacePaths::default(),
             infra: None,
             cgroup_parent: cgroup_parent.clone(),
             shm_mounted,
         };
         // Persist before starting anything, so a crash leaves a record to clean up.
-        let entry = Arc::new(SandboxEntry::new(record.clone(), dir.join("sandbox.json")));
+        let entry = Arc::new(SandboxEntry::new(record, dir.join("sandbox.json")));
         entry.persist()?;
         if let Some(cg) = &cgroup_parent {
             self.cgroups.create(cg, linux.resources.as_ref())?;
         }
+        let remove_cgroup = || {
+            if let Some(cg) = &cgroup_parent {
+                let _ = self.cgroups.remove(cg);
+            }
+        };
         let started = self
             .start_shim(
                 dir,
@@ -167,26 +182,77 @@ impl ProcessRuntime {
         let started = match started {
             Ok(s) => s,
             Err(e) => {
-                if let Some(cg) = &cgroup_parent {
-                    let _ = self.cgroups.remove(cg);
-                }
+                remove_cgroup();
                 return Err(e);
             }
         };
-        if let Some(ns) = &started.namespaces {
-            record.namespaces = NamespacePaths {
+        let namespaces = started
+            .namespaces
+            .as_ref()
+            .map(|ns| NamespacePaths {
                 net: ns.net.clone(),
                 ipc: ns.ipc.clone(),
                 uts: ns.uts.clone(),
-            };
-        }
-        record.infra = Some(started.process);
-        record.state = SandboxState::Ready;
-        entry.update(|r| *r = record)?;
+            })
+            .unwrap_or_default();
+        let infra = started.process;
+        let recorded = entry.update(|r| {
+            r.namespaces = namespaces;
+            r.infra = Some(infra);
+        });
+        // Watched from here on, so the teardown below can wait for the infra to go.
         watch_infra(entry.clone(), started.shim_pidfd, self.shutdown.subscribe());
-        self.shared.index.insert_sandbox(entry);
-        tracing::info!(sandbox = %id, %hostname, "pod sandbox ready");
+        let attached = match recorded {
+            Ok(()) => self.attach_network(&entry, dir).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = attached {
+            if let Err(detach) = self.detach_network(&entry).await {
+                tracing::warn!(sandbox = %id, error = %detach, "CNI DEL after a failed RunPodSandbox");
+            }
+            if let Err(kill) = self.kill_infra(&entry).await {
+                tracing::warn!(sandbox = %id, error = %kill, "stopping the infra after a failed RunPodSandbox");
+            }
+            remove_cgroup();
+            return Err(e);
+        }
+        // Ready unless the infra died meanwhile (its watcher has recorded that).
+        entry.update(|r| {
+            if r.infra.is_some() {
+                r.state = SandboxState::Ready;
+            }
+        })?;
+        self.shared.index.insert_sandbox(entry.clone());
+        let ip = entry.snapshot().ip;
+        tracing::info!(sandbox = %id, %hostname, %ip, "pod sandbox ready");
         Ok(())
+    }
+
+    /// CNI ADD on the pod's network namespace (when the pod has a CNI attachment), the IPs
+    /// recorded, then the hosts file that names the pod on its IP.
+    async fn attach_network(&self, entry: &SandboxEntry, dir: &Path) -> Result<()> {
+        let record = entry.snapshot();
+        if let Some(mut attachment) = record.network.clone() {
+            if let Some(net) = &record.namespaces.net {
+                attachment.netns = net.clone();
+            }
+            let (result, ips) = self.network.add(&attachment).await?;
+            attachment.result = Some(result);
+            entry.update(|r| {
+                r.ip = ips.primary;
+                r.additional_ips = ips.additional;
+                r.network = Some(attachment);
+            })?;
+        }
+        let record = entry.snapshot();
+        if record.host_network {
+            copy_host_file("/etc/hosts", &dir.join("hosts"))
+        } else {
+            write_volatile(
+                &dir.join("hosts"),
+                files::hosts_file(&record.hostname, &record.ip).as_bytes(),
+            )
+        }
     }
 
     /// Unmounts what a sandbox dir holds (namespace files, /dev/shm) and deletes it.

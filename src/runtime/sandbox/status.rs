@@ -24,7 +24,11 @@ pub(crate) fn sandbox_status(record: &SandboxRecord) -> api::PodSandboxStatus {
         created_at: record.created_at,
         network: Some(api::PodSandboxNetworkStatus {
             ip: record.ip.clone(),
-            additional_ips: vec![],
+            additional_ips: record
+                .additional_ips
+                .iter()
+                .map(|ip| api::PodIp { ip: ip.clone() })
+                .collect(),
         }),
         linux: Some(api::LinuxPodSandboxStatus {
             namespaces: Some(api::Namespace {
@@ -45,17 +49,12 @@ impl ProcessRuntime {
         let record = self.shared.index.sandbox(&req.pod_sandbox_id)?.snapshot();
         let mut info = HashMap::new();
         if req.verbose {
-            let network = if record.host_network {
-                "host network namespace".to_string()
-            } else {
-                "own network namespace with loopback only (no bridge yet): the pod IP is 127.0.0.1"
-                    .to_string()
-            };
             let verbose = serde_json::json!({
                 "infraPid": record.infra.map(|p| p.pid),
                 "shimPid": record.infra.map(|p| p.shim_pid),
                 "hostname": record.hostname,
-                "network": network,
+                "network": record.network_info,
+                "cniAttached": record.network.is_some(),
                 "namespaces": record.namespaces,
                 "cgroupParent": record.cgroup_parent,
                 "cgroups": self.cgroups.unavailable_reason().unwrap_or("available"),

@@ -28,7 +28,30 @@ impl ProcessRuntime {
             let _op = container.op.lock().await;
             self.stop_container_locked(&container, 0).await?;
         }
+        // While the namespace file still holds the netns: the bridge plugin finds the pod's
+        // addresses there to remove its masquerade rules. A failed DEL fails the stop (the
+        // kubelet retries) and keeps the namespace for the retry.
+        self.detach_network(entry).await?;
+        self.kill_infra(entry).await?;
+        tracing::info!(sandbox = %sandbox_id, "pod sandbox stopped");
+        Ok(())
+    }
+
+    /// CNI DEL when the pod has an attachment; idempotent (cleared once DEL succeeded).
+    pub(crate) async fn detach_network(&self, entry: &SandboxEntry) -> Result<()> {
+        let Some(attachment) = entry.snapshot().network else {
+            return Ok(());
+        };
+        self.network.del(&attachment).await?;
+        entry.update(|r| r.network = None)?;
+        tracing::info!(sandbox = %attachment.container_id, "pod network detached (CNI DEL)");
+        Ok(())
+    }
+
+    /// Kills the infra, waits for its shim, releases the namespace files and /dev/shm.
+    pub(crate) async fn kill_infra(&self, entry: &SandboxEntry) -> Result<()> {
         let record = entry.snapshot();
+        let sandbox_id = record.id.clone();
         if let Some(infra) = record.infra {
             let mut changes = entry.subscribe();
             if let Some(fd) = open_pidfd(infra.pid, infra.pid_start_time) {
@@ -66,7 +89,6 @@ impl ProcessRuntime {
             r.infra = None;
             r.shm_mounted = false;
         })?;
-        tracing::info!(sandbox = %sandbox_id, "pod sandbox stopped");
         Ok(())
     }
 }

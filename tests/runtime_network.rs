@@ -1,0 +1,536 @@
+//! The pod network: as real root every pod gets an IP on the test bridge through the CNI
+//! plugins (reachable from the host and from other pods, hostPorts through portmap, released by
+//! stop even after a runtime restart); elsewhere pods get loopback only and say why.
+
+#[path = "support/runtime.rs"]
+mod support;
+
+use runp::cri::{RuntimeService, api};
+use runp::runtime::ProcessRuntime;
+use runp::runtime::network::NetworkMode;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const CNI_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
+
+/// Real root with the plugins installed, or None after printing SKIP.
+async fn cni_env(test: &str) -> Option<Env> {
+    if !is_real_root() {
+        skip(
+            test,
+            "real root (CNI needs a bridge in the host network namespace)",
+        );
+        return None;
+    }
+    if !cni_available() {
+        skip(test, "the CNI plugins (containernetworking-plugins)");
+        return None;
+    }
+    Some(Env::with(|o| o.network.mode = NetworkMode::Cni).await)
+}
+
+async fn pod_with(env: &Env, config: api::PodSandboxConfig) -> (String, api::PodSandboxConfig) {
+    let id = env
+        .rt
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect("run pod sandbox")
+        .pod_sandbox_id;
+    (id, config)
+}
+
+async fn pod_ip(env: &Env, id: &str) -> String {
+    env.pod_status(id, false)
+        .await
+        .status
+        .unwrap()
+        .network
+        .unwrap()
+        .ip
+}
+
+/// An HTTP server on port 8080 serving `body` at /index.html.
+fn web(name: &str, body: &str) -> api::ContainerConfig {
+    shell(
+        name,
+        &format!(
+            "mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
+        ),
+    )
+}
+
+/// GET /index.html from `addr`, retried until the server answers (hang guard 20 s).
+async fn http_get(addr: SocketAddr) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let attempt = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await?;
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").await?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await?;
+            Ok::<_, std::io::Error>(out)
+        };
+        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(out)) if out.contains("200 OK") => return out,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no HTTP answer from {addr}: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The container id holding the host-local lease of `ip`, if any.
+fn lease_holder(ip: &str) -> Option<String> {
+    let text = std::fs::read_to_string(test_lease_dir().join(ip)).ok()?;
+    text.lines().next().map(|l| l.trim().to_string())
+}
+
+fn nat_rules() -> String {
+    let (code, out, err) = host_command(&["iptables", "-t", "nat", "-S"]);
+    assert_eq!(code, 0, "iptables -t nat -S: {err}");
+    out
+}
+
+fn in_test_cidr(ip: &str) -> bool {
+    let net: ipnet::IpNet = TEST_POD_CIDR.parse().unwrap();
+    ip.parse::<IpAddr>().is_ok_and(|a| net.contains(&a))
+}
+
+/// The host's address on its default route (where a hostPort is reachable from the outside).
+fn node_ip() -> Option<IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
+}
+
+/// Nothing of the pod's network is left: no lease, no iptables rule naming it.
+fn assert_network_released(id: &str, ip: &str) {
+    assert_eq!(lease_holder(ip), None, "lease of {ip} still held");
+    let rules = nat_rules();
+    assert!(!rules.contains(id), "rules for {id} left:\n{rules}");
+    assert!(
+        !rules.contains(&format!("{ip}:")),
+        "DNAT to {ip} left:\n{rules}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_distinct_reachable_ips() {
+    let Some(env) = cni_env("pods_get_distinct_reachable_ips").await else {
+        return;
+    };
+    let a = env.pod("net-a").await;
+    let b = env.pod("net-b").await;
+    let (ip_a, ip_b) = (pod_ip(&env, &a.0).await, pod_ip(&env, &b.0).await);
+    assert_ne!(ip_a, ip_b);
+    for (ip, id) in [(&ip_a, &a.0), (&ip_b, &b.0)] {
+        assert!(in_test_cidr(ip), "{ip} not in {TEST_POD_CIDR}");
+        assert_eq!(lease_holder(ip).as_deref(), Some(id.as_str()));
+    }
+    let status = env.pod_status(&a.0, true).await;
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    assert!(
+        info["network"]
+            .as_str()
+            .unwrap()
+            .contains("CNI network runp: eth0 on bridge"),
+        "{info}"
+    );
+    assert_eq!(info["cniAttached"], true);
+    let rt_status = env
+        .rt
+        .status(api::StatusRequest { verbose: true })
+        .await
+        .unwrap();
+    let rt_info: serde_json::Value = serde_json::from_str(&rt_status.info["info"]).unwrap();
+    assert_eq!(rt_info["network"]["mode"], "cni", "{rt_info}");
+    assert_eq!(rt_info["network"]["bridge"], TEST_BRIDGE);
+
+    // Host -> pod, at the pod IP.
+    env.run(&a, web("srv", "hello-from-a")).await;
+    let addr = SocketAddr::new(ip_a.parse().unwrap(), 8080);
+    assert!(http_get(addr).await.contains("hello-from-a"));
+
+    // Pod -> pod; the pod's hosts file names it on its own IP.
+    let client = env.run(&b, shell("client", "exec sleep 1000")).await;
+    let r = env
+        .exec(
+            &client,
+            &[
+                "wget",
+                "-q",
+                "-O",
+                "-",
+                &format!("http://{ip_a}:8080/index.html"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "hello-from-a\n",
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let hosts = env.exec(&client, &["cat", "/etc/hosts"]).await;
+    let hosts = String::from_utf8_lossy(&hosts.stdout).into_owned();
+    assert!(hosts.contains(&format!("{ip_b}\tnet-b-host")), "{hosts}");
+    let route = env.exec(&client, &["ip", "route"]).await;
+    assert!(
+        String::from_utf8_lossy(&route.stdout).contains("default via"),
+        "the pod routes through the bridge gateway"
+    );
+
+    env.cleanup().await;
+    assert_network_released(&a.0, &ip_a);
+    assert_network_released(&b.0, &ip_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_port_reaches_the_pod_until_stop() {
+    let Some(env) = cni_env("host_port_reaches_the_pod_until_stop").await else {
+        return;
+    };
+    let host_port = {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut config = pod_config("hostport", &env.logs());
+    config.port_mappings = vec![api::PortMapping {
+        protocol: api::Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port: host_port as i32,
+        host_ip: String::new(),
+    }];
+    let pod = pod_with(&env, config).await;
+    let ip = pod_ip(&env, &pod.0).await;
+    env.run(&pod, web("srv", "via-host-port")).await;
+    assert!(
+        http_get(SocketAddr::new(ip.parse().unwrap(), 8080))
+            .await
+            .contains("via-host-port")
+    );
+    let rules = nat_rules();
+    assert!(
+        rules.contains(&format!("--to-destination {ip}:8080")),
+        "{rules}"
+    );
+    // portmap's snat option sets route_localnet on the bridge: 127.0.0.1 works too.
+    let localhost = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), host_port);
+    assert!(http_get(localhost).await.contains("via-host-port"));
+    match node_ip() {
+        Some(node) => {
+            let at_node = SocketAddr::new(node, host_port);
+            assert!(http_get(at_node).await.contains("via-host-port"));
+        }
+        None => eprintln!("note: no default route: hostPort checked on 127.0.0.1 only"),
+    }
+
+    env.rt
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap();
+    assert_network_released(&pod.0, &ip);
+    let refused = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect(localhost),
+    )
+    .await;
+    assert!(
+        !matches!(refused, Ok(Ok(_))),
+        "hostPort still forwarded after stop"
+    );
+    let s = env.pod_status(&pod.0, true).await;
+    let info: serde_json::Value = serde_json::from_str(&s.info["info"]).unwrap();
+    assert_eq!(info["cniAttached"], false);
+    // Stop is idempotent (DEL is not run twice), remove too.
+    env.rt
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap();
+    env.cleanup().await;
+    assert_network_released(&pod.0, &ip);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_without_stop_and_stop_after_restart_release_the_ip() {
+    let Some(env) = cni_env("remove_without_stop_and_stop_after_restart_release_the_ip").await
+    else {
+        return;
+    };
+    // RemovePodSandbox alone detaches the network.
+    let gone = env.pod("removed").await;
+    let gone_ip = pod_ip(&env, &gone.0).await;
+    env.rt
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: gone.0.clone(),
+        })
+        .await
+        .unwrap();
+    assert_network_released(&gone.0, &gone_ip);
+
+    let pod = env.pod("restarted").await;
+    let ip = pod_ip(&env, &pod.0).await;
+    assert_eq!(lease_holder(&ip).as_deref(), Some(pod.0.as_str()));
+    let Env {
+        guard,
+        dir,
+        images,
+        rt,
+    } = env;
+    drop(rt);
+    let mut opts = options(dir.path(), &images);
+    opts.network.mode = NetworkMode::Cni;
+    let rt = ProcessRuntime::start(opts).await.unwrap();
+    let env = Env {
+        guard,
+        dir,
+        images,
+        rt,
+    };
+    assert_eq!(
+        pod_ip(&env, &pod.0).await,
+        ip,
+        "the IP survives the restart"
+    );
+    assert_eq!(lease_holder(&ip).as_deref(), Some(pod.0.as_str()));
+    env.rt
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap();
+    assert_network_released(&pod.0, &ip);
+    env.cleanup().await;
+}
+
+/// A plugin dir whose portmap fails every ADD (with a CNI error) and records the container id;
+/// bridge and host-local are the real ones, so the failure comes after an IP was leased.
+fn failing_portmap_dir(dir: &Path) -> std::path::PathBuf {
+    let bin = dir.join("cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = |p: &str| {
+        CNI_DIRS
+            .iter()
+            .map(|d| Path::new(d).join(p))
+            .find(|p| p.is_file())
+            .unwrap()
+    };
+    for p in ["bridge", "host-local"] {
+        std::os::unix::fs::symlink(real(p), bin.join(p)).unwrap();
+    }
+    let script = format!(
+        "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then\n  cat >/dev/null\n  echo \"$CNI_CONTAINERID\" >> {ids}\n  echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"injected failure\",\"details\":\"test\"}}'\n  exit 1\nfi\nexec {real}\n",
+        ids = dir.join("ids").display(),
+        real = real("portmap").display(),
+    );
+    let path = bin.join("portmap");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_add_fails_run_pod_sandbox_cleanly() {
+    if !cni_available() {
+        skip(
+            "failed_add_fails_run_pod_sandbox_cleanly",
+            "real root and the CNI plugins",
+        );
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let bin = failing_portmap_dir(scratch.path());
+    let env = Env::with(|o| {
+        o.network.mode = NetworkMode::Cni;
+        o.network.cni_bin_dirs = vec![bin];
+    })
+    .await;
+    let err = env
+        .rt
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(pod_config("doomed", &env.logs())),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Internal);
+    assert!(
+        err.message()
+            .contains("CNI plugin portmap ADD failed: injected failure (CNI error code 11): test"),
+        "{}",
+        err.message()
+    );
+    let id = std::fs::read_to_string(scratch.path().join("ids")).unwrap();
+    let id = id.trim();
+    assert!(!id.is_empty());
+    // Nothing left: no sandbox, no state dir, no mount, no lease, no rule, no process.
+    let listed = env
+        .rt
+        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .items;
+    assert!(listed.is_empty(), "{listed:?}");
+    let sandbox_dir = env.dir.path().join("rt/sandboxes").join(id);
+    assert!(!sandbox_dir.exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(id), "mounts of {id} left");
+    let leases: Vec<String> = std::fs::read_dir(test_lease_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.lines().next() == Some(id)))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(leases.is_empty(), "leases of {id} left: {leases:?}");
+    assert!(!nat_rules().contains(id));
+    let (_, ps, _) = host_command(&["ps", "-eo", "args"]);
+    assert!(!ps.contains(id), "a process of {id} left:\n{ps}");
+    assert!(zombie_children().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_cni_degrades_to_loopback_and_says_why() {
+    if !is_root() {
+        skip(
+            "unusable_cni_degrades_to_loopback_and_says_why",
+            "root (real or mapped)",
+        );
+        return;
+    }
+    // Rootless (the user-namespace run): the default options. Real root: no plugins.
+    let empty = tempfile::tempdir().unwrap();
+    let (env, why) = if is_real_root() {
+        let dirs = vec![empty.path().to_path_buf()];
+        let env = Env::with(|o| o.network.cni_bin_dirs = dirs).await;
+        (env, "CNI plugins bridge, host-local, portmap not found")
+    } else {
+        (Env::new().await, "rootless")
+    };
+    let pod = env.pod("degraded").await;
+    assert_eq!(pod_ip(&env, &pod.0).await, "127.0.0.1");
+    let status = env.pod_status(&pod.0, true).await;
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    let network = info["network"].as_str().unwrap();
+    assert!(
+        network.contains("loopback only") && network.contains(why),
+        "{network}"
+    );
+    assert_eq!(info["cniAttached"], false);
+
+    let rt_status = env
+        .rt
+        .status(api::StatusRequest { verbose: true })
+        .await
+        .unwrap();
+    let rt_info: serde_json::Value = serde_json::from_str(&rt_status.info["info"]).unwrap();
+    assert_eq!(rt_info["network"]["mode"], "loopback", "{rt_info}");
+    assert!(
+        rt_info["network"]["reason"].as_str().unwrap().contains(why),
+        "{rt_info}"
+    );
+    let ready = rt_status
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.r#type == "NetworkReady")
+        .unwrap();
+    assert_eq!(ready.reason, "LoopbackOnly");
+    assert!(ready.message.contains(why), "{}", ready.message);
+
+    // The pod still has its own loopback: a server in it is reachable from inside only.
+    let srv = env.run(&pod, web("srv", "inside-only")).await;
+    let mut body = String::new();
+    for _ in 0..100 {
+        let r = env
+            .exec(
+                &srv,
+                &["wget", "-q", "-O", "-", "http://127.0.0.1:8080/index.html"],
+            )
+            .await;
+        body = String::from_utf8_lossy(&r.stdout).into_owned();
+        if !body.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(body, "inside-only\n");
+
+    // --network=cni refuses to start instead of degrading.
+    let other = tempfile::Builder::new()
+        .prefix("rp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut opts = options(other.path(), &env.images);
+    opts.network.mode = NetworkMode::Cni;
+    opts.network.cni_bin_dirs = vec![empty.path().to_path_buf()];
+    let err = match ProcessRuntime::start(opts).await {
+        Ok(_) => panic!("--network=cni started without a usable CNI"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("--network=cni: the CNI pod network is unusable"),
+        "{err}"
+    );
+    assert!(err.contains(why), "{err}");
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_network_cni_fails_loudly_when_unusable() {
+    let dir = tempfile::Builder::new()
+        .prefix("rp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let root = dir.path().join("root");
+    let listen = format!("unix://{}", dir.path().join("s.sock").display());
+    let missing = dir.path().join("no-plugins");
+    // `timeout`: were the check missing, serve would run until killed.
+    let (code, _, stderr) = host_command(&[
+        "timeout",
+        "60",
+        env!("CARGO_BIN_EXE_runp"),
+        "--root",
+        root.to_str().unwrap(),
+        "serve",
+        "--listen",
+        &listen,
+        "--network",
+        "cni",
+        "--cni-bin-dir",
+        missing.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--network=cni: the CNI pod network is unusable"),
+        "{stderr}"
+    );
+    // `timeout`: were the check missing, serve would run until killed.
+    let (code, _, stderr) = host_command(&[
+        "timeout",
+        "60",
+        env!("CARGO_BIN_EXE_runp"),
+        "--root",
+        root.to_str().unwrap(),
+        "serve",
+        "--listen",
+        &listen,
+        "--pod-cidr",
+        "10.88.0.1/16",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("did you mean 10.88.0.0/16"), "{stderr}");
+}

@@ -1,0 +1,214 @@
+//! The shared test pod network (bridge, CIDR, lease dir), its last-out cleanup, CNI DEL of
+//! what a failed test left attached, and host commands run through the test reaper.
+
+use super::{is_real_root, reaper};
+use runp::runtime::network::{NetworkAttachment, NetworkOptions, PluginExec};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The pod network every test runtime shares (as real root): one bridge, one CIDR and one
+/// host-local lease directory, so that runtimes of parallel tests never hand out the same IP.
+/// The bridge is removed by the last test to finish (see [`NetLease`]).
+pub const TEST_BRIDGE: &str = "runptest0";
+pub const TEST_POD_CIDR: &str = "10.213.0.0/16";
+pub const TEST_NET_DIR: &str = "/tmp/runp-test-net";
+
+pub fn network_options() -> NetworkOptions {
+    NetworkOptions {
+        bridge: TEST_BRIDGE.to_string(),
+        pod_cidrs: vec![TEST_POD_CIDR.parse().unwrap()],
+        data_dir: Some(Path::new(TEST_NET_DIR).join("ipam")),
+        ..NetworkOptions::default()
+    }
+}
+
+/// Whether test runtimes get the CNI network (auto mode): real root and the plugins installed.
+pub fn cni_available() -> bool {
+    let dirs = NetworkOptions::default().cni_bin_dirs;
+    is_real_root()
+        && ["bridge", "host-local", "portmap"]
+            .iter()
+            .all(|p| dirs.iter().any(|d| d.join(p).is_file()))
+}
+
+/// The lease files of the test network: `<dataDir>/runp/<ip>`.
+pub fn test_lease_dir() -> PathBuf {
+    Path::new(TEST_NET_DIR).join("ipam").join("runp")
+}
+
+/// Runs a host command through the test process's reaper (which owns every child's exit
+/// status, so std's `Command::output` cannot be used): (exit code, stdout, stderr). Usable from
+/// Drop and from inside a tokio runtime (it runs on its own thread).
+pub fn host_command(argv: &[&str]) -> (i32, String, String) {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let reaper = reaper();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut child = match std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => return (127, String::new(), format!("{}: {e}", argv[0])),
+        };
+        let mut stderr = child.stderr.take().unwrap();
+        let err_reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let mut out = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+        let err = err_reader.join().unwrap_or_default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let code = rt
+            .block_on(reaper.wait(child.id() as i32))
+            .map(|s| s.code())
+            .unwrap_or(-1);
+        (code, out, err)
+    })
+    .join()
+    .unwrap()
+}
+
+/// Runs `future` to completion on a fresh thread (for Drop, which may run inside a runtime).
+fn block_on_thread<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
+}
+
+/// A test runtime's hold on the shared test network: a shared flock on `<TEST_NET_DIR>/lock`.
+/// Whoever drops the last one (an exclusive lock is then free) deletes the test bridge and the
+/// host-port chains portmap created, if no pod uses them.
+pub struct NetLease(std::fs::File);
+
+impl NetLease {
+    /// None when tests cannot use CNI here (not real root).
+    pub fn acquire() -> Option<NetLease> {
+        if !is_real_root() {
+            return None;
+        }
+        std::fs::create_dir_all(TEST_NET_DIR).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(Path::new(TEST_NET_DIR).join("lock"))
+            .unwrap();
+        file.lock_shared().unwrap();
+        Some(NetLease(file))
+    }
+}
+
+impl Drop for NetLease {
+    fn drop(&mut self) {
+        // Converting to exclusive drops our shared lock first; failing means others hold it.
+        if self.0.try_lock().is_err() {
+            return;
+        }
+        let leases: Vec<String> = std::fs::read_dir(test_lease_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect();
+        if !leases.is_empty() {
+            eprintln!(
+                "test network: leases left in {}: {leases:?}",
+                test_lease_dir().display()
+            );
+        }
+        host_command(&["ip", "link", "del", TEST_BRIDGE]);
+        // portmap's shared chains, when no pod (of any runtime) has a hostPort any more.
+        let (_, dnat, _) = host_command(&["iptables", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"]);
+        if dnat.lines().all(|l| l.starts_with("-N")) {
+            let jumps: [&[&str]; 3] = [
+                &[
+                    "PREROUTING",
+                    "-m",
+                    "addrtype",
+                    "--dst-type",
+                    "LOCAL",
+                    "-j",
+                    "CNI-HOSTPORT-DNAT",
+                ],
+                &[
+                    "OUTPUT",
+                    "-m",
+                    "addrtype",
+                    "--dst-type",
+                    "LOCAL",
+                    "-j",
+                    "CNI-HOSTPORT-DNAT",
+                ],
+                &[
+                    "POSTROUTING",
+                    "-m",
+                    "comment",
+                    "--comment",
+                    "CNI portfwd requiring masquerade",
+                    "-j",
+                    "CNI-HOSTPORT-MASQ",
+                ],
+            ];
+            for jump in jumps {
+                let mut argv = vec!["iptables", "-t", "nat", "-D"];
+                argv.extend_from_slice(jump);
+                host_command(&argv);
+            }
+            for chain in [
+                "CNI-HOSTPORT-DNAT",
+                "CNI-HOSTPORT-SETMARK",
+                "CNI-HOSTPORT-MASQ",
+            ] {
+                host_command(&["iptables", "-t", "nat", "-F", chain]);
+                host_command(&["iptables", "-t", "nat", "-X", chain]);
+            }
+        }
+    }
+}
+
+/// CNI DEL for every attachment the sandbox records under `rt` still hold (a test that
+/// failed before removing its pods).
+pub(super) fn release_leftover_networks(rt: &Path) {
+    let Ok(dirs) = std::fs::read_dir(rt.join("sandboxes")) else {
+        return;
+    };
+    let attachments: Vec<NetworkAttachment> = dirs
+        .flatten()
+        .filter_map(|d| std::fs::read_to_string(d.path().join("sandbox.json")).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .filter_map(|record| serde_json::from_value(record["network"].clone()).ok())
+        .collect();
+    if attachments.is_empty() {
+        return;
+    }
+    let exec = PluginExec::new(
+        network_options().cni_bin_dirs,
+        reaper(),
+        Duration::from_secs(60),
+    );
+    block_on_thread(async move {
+        for a in attachments {
+            if let Err(e) = exec.del(&a).await {
+                eprintln!("leak guard: CNI DEL of {}: {e}", a.container_id);
+            }
+        }
+    });
+}
