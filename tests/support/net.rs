@@ -170,7 +170,12 @@ impl Drop for NetLease {
             for jump in jumps {
                 let mut argv = vec!["iptables", "-t", "nat", "-D"];
                 argv.extend_from_slice(jump);
-                host_command(&argv);
+                // Concurrent portmap ADDs (of parallel test processes) can insert a jump twice.
+                for _ in 0..16 {
+                    if host_command(&argv).0 != 0 {
+                        break;
+                    }
+                }
             }
             for chain in [
                 "CNI-HOSTPORT-DNAT",
