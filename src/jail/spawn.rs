@@ -101,14 +101,17 @@ pub fn spawn_exec(runp_exe: &Path, spec: &ExecSpec) -> Result<SpawnedExec, JailE
     })
 }
 
-/// Starts a helper program (a CNI plugin) with exactly `env` and stdin/stdout/stderr on pipes.
+/// Starts a helper program (a CNI plugin, iptables) with `args`, exactly `env` and
+/// stdin/stdout/stderr on pipes.
 /// A plain `Command` (no pre-exec hook, no cwd change): std uses posix_spawn, whose
 /// exec-failure path never needs our `waitpid`.
 pub fn spawn_program(
     program: &Path,
+    args: &[&str],
     env: &[(String, String)],
 ) -> Result<SpawnedProgram, JailError> {
     let mut child = Command::new(program)
+        .args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())

@@ -129,11 +129,56 @@ impl PluginExec {
                 ("CNI_ARGS".to_string(), a.args.clone()),
             ]);
         }
-        let spawned = jail::spawn_program(&path, &env).map_err(|source| NetworkError::Spawn {
-            plugin: plugin.to_string(),
-            command: cmd,
-            source,
-        })?;
+        match self.run(plugin, cmd, &path, &[], &env, stdin).await? {
+            (ExitStatus::Exited(0), stdout, _) => Ok(stdout),
+            (status, stdout, stderr) => Err(result::failure(
+                plugin,
+                cmd,
+                exit_text(status),
+                &stdout,
+                &stderr,
+            )),
+        }
+    }
+
+    /// Whether the iptables in the plugins' PATH works (a binary can be present while the
+    /// kernel lacks its tables, and then every ADD would fail); Err says why not.
+    pub async fn probe_iptables(&self) -> Result<(), String> {
+        let path = self
+            .path_env
+            .split(':')
+            .map(|d| Path::new(d).join("iptables"))
+            .find(|p| p.is_file())
+            .ok_or("iptables not found in PATH")?;
+        let env = [("PATH".to_string(), self.path_env.clone())];
+        let args = ["-w", "5", "-t", "nat", "-S", "POSTROUTING"];
+        match self.run("iptables", "probe", &path, &args, &env, &[]).await {
+            Ok((ExitStatus::Exited(0), _, _)) => Ok(()),
+            Ok((status, _, stderr)) => Err(format!(
+                "`iptables -t nat -S POSTROUTING` failed ({}): {}",
+                exit_text(status),
+                String::from_utf8_lossy(&stderr).trim()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Runs `path` to its end (or the hang guard): exit status, stdout, stderr.
+    async fn run(
+        &self,
+        label: &str,
+        cmd: &'static str,
+        path: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        stdin: &[u8],
+    ) -> Result<(ExitStatus, Vec<u8>, Vec<u8>), NetworkError> {
+        let spawned =
+            jail::spawn_program(path, args, env).map_err(|source| NetworkError::Spawn {
+                plugin: label.to_string(),
+                command: cmd,
+                source,
+            })?;
         let pid = spawned.pid;
         let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
         let run = async {
@@ -149,22 +194,13 @@ impl PluginExec {
                 let _ = pidfd_send_signal(fd, Signal::KILL);
             }
             return Err(NetworkError::Timeout {
-                plugin: plugin.to_string(),
+                plugin: label.to_string(),
                 command: cmd,
                 secs: self.timeout.as_secs(),
             });
         };
-        match status {
-            None => Err(NetworkError::ReaperGone(plugin.to_string())),
-            Some(ExitStatus::Exited(0)) => Ok(stdout),
-            Some(status) => {
-                let status = match status {
-                    ExitStatus::Exited(code) => format!("exit status {code}"),
-                    ExitStatus::Signaled(sig) => format!("killed by signal {sig}"),
-                };
-                Err(result::failure(plugin, cmd, status, &stdout, &stderr))
-            }
-        }
+        let status = status.ok_or_else(|| NetworkError::ReaperGone(label.to_string()))?;
+        Ok((status, stdout, stderr))
     }
 
     /// The CNI versions `plugin` supports (its VERSION reply).
@@ -261,5 +297,12 @@ async fn read_capped(fd: OwnedFd) -> Vec<u8> {
                 out.extend_from_slice(&buf[..n.min(room)]);
             }
         }
+    }
+}
+
+fn exit_text(status: ExitStatus) -> String {
+    match status {
+        ExitStatus::Exited(code) => format!("exit status {code}"),
+        ExitStatus::Signaled(sig) => format!("killed by signal {sig}"),
     }
 }

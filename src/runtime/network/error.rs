@@ -7,6 +7,9 @@ pub enum NetworkError {
     /// `--network=cni` was asked for and cannot work here.
     #[error("--network=cni: the CNI pod network is unusable: {0}")]
     Unusable(String),
+    /// ipMasq and portmap need a working iptables.
+    #[error("iptables does not work here: {0}")]
+    Iptables(String),
     #[error("invalid network configuration: {0}")]
     InvalidConfig(String),
     #[error("invalid port mapping: {0}")]

@@ -146,8 +146,14 @@ impl Network {
             .map(|d| d.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
+        // Asked for: info; fallen back to: a warning, since probes and pod IPs then only work
+        // for host-network pods.
         let loopback = |reason: String| {
-            tracing::info!(%reason, "pod network: loopback only; each pod gets its own network namespace with lo and IP {LOOPBACK_POD_IP}");
+            if options.mode == NetworkMode::Loopback {
+                tracing::info!(%reason, "pod network: loopback only; each pod gets its own network namespace with lo and IP {LOOPBACK_POD_IP}");
+            } else {
+                tracing::warn!(%reason, "pod network: loopback only; each pod gets its own network namespace with lo and IP {LOOPBACK_POD_IP}");
+            }
             Active::Loopback { reason }
         };
         if options.mode == NetworkMode::Loopback {
@@ -211,6 +217,9 @@ impl Network {
         options: &NetworkOptions,
         runtime_root: &Path,
     ) -> Result<Value, NetworkError> {
+        exec.probe_iptables()
+            .await
+            .map_err(NetworkError::Iptables)?;
         let supported = exec.versions("bridge").await?;
         let version = config::choose_version(&supported).ok_or_else(|| {
             NetworkError::InvalidConfig(format!(
