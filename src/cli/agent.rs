@@ -5,7 +5,7 @@
 //! reach it), or any CRI server over gRPC (`--runtime=remote --runtime-endpoint unix:///...`,
 //! e.g. `runp serve` or containerd).
 
-use super::{GlobalOpts, local};
+use super::{GlobalOpts, RegistryArgs, local};
 use anyhow::Context;
 use clap::Args;
 use runp::cri::client::{RemoteOptions, RemoteRuntime};
@@ -70,6 +70,9 @@ pub struct AgentArgs {
     /// Image GC frees down to this disk usage (percent).
     #[arg(long, default_value_t = 80)]
     pub image_gc_low_threshold: u8,
+    // With --runtime=process: registries pulled from over plain http.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 /// The runtime behind the sync loop.
@@ -124,6 +127,11 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let mut served = None;
     let (runtime, images): (Arc<dyn RuntimeService>, Arc<dyn ImageService>) = match args.runtime {
         RuntimeKind::Remote => {
+            if !args.registry.insecure_registry.is_empty() {
+                tracing::warn!(
+                    "--insecure-registry is ignored with --runtime=remote: the remote runtime pulls"
+                );
+            }
             let endpoint = args.runtime_endpoint.as_deref().unwrap_or_default();
             let endpoint: CriEndpoint = endpoint
                 .parse()
@@ -136,7 +144,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             (remote.clone(), remote)
         }
         RuntimeKind::Process => {
-            let local = local::start(global, Some(args.node_ip)).await?;
+            let local = local::start(global, Some(args.node_ip), &args.registry).await?;
             let listen = args
                 .listen
                 .clone()

@@ -1,6 +1,6 @@
 //! Starting the in-process runtime (`--runtime=process`) and serving it over the CRI socket.
 
-use super::GlobalOpts;
+use super::{GlobalOpts, RegistryArgs};
 use anyhow::Context;
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{ImageService, RuntimeService};
@@ -23,9 +23,13 @@ pub fn default_endpoint(global: &GlobalOpts) -> String {
 
 /// Opens the image store and starts the process runtime under `--root`, re-adopting what a
 /// previous agent left running. Owns this process's one reaper.
-pub async fn start(global: &GlobalOpts, node_ip: Option<IpAddr>) -> anyhow::Result<LocalRuntime> {
+pub async fn start(
+    global: &GlobalOpts,
+    node_ip: Option<IpAddr>,
+    registry: &RegistryArgs,
+) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
-    let store = ImageStore::open(&image_root)
+    let store = ImageStore::open_with(&image_root, registry.store_options()?)
         .with_context(|| format!("opening the image store {}", image_root.display()))?;
     let exe = std::env::current_exe().context("locating the runp binary")?;
     let reaper = Reaper::start().context("starting the child reaper")?;
