@@ -16,18 +16,7 @@ WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/runp-bench.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 # A larger image, cached next to the fixtures.
-PY_SRC="$(ls -d /usr/lib/python3.* 2>/dev/null | head -n1 || true)"
-if [ -n "$PY_SRC" ] && [ ! -f "$BUILD/bench-python-oci.tar" ]; then
-  layout="$WORK/python-layout"
-  umoci init --layout "$layout" >/dev/null
-  umoci new --image "$layout:python" >/dev/null
-  tar -cf "$WORK/python.tar" -C / --sort=name "${PY_SRC#/}"
-  umoci raw add-layer --no-history --image "$layout:python" "$WORK/python.tar" 2>/dev/null
-  skopeo --insecure-policy copy --quiet "oci:$layout:python" "oci:$WORK/python-oci:bench.test/python:1"
-  tar -cf "$BUILD/bench-python-oci.tar.tmp" -C "$WORK/python-oci" .
-  mv "$BUILD/bench-python-oci.tar.tmp" "$BUILD/bench-python-oci.tar"
-  rm -rf "$layout" "$WORK/python.tar" "$WORK/python-oci"
-fi
+scripts/bench-python-image.sh
 
 now_ns() { date +%s%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }

@@ -5,7 +5,7 @@
 //! reach it), or any CRI server over gRPC (`--runtime=remote --runtime-endpoint unix:///...`,
 //! e.g. `runp serve` or containerd).
 
-use super::{GlobalOpts, local};
+use super::{GlobalOpts, RegistryArgs, local};
 use anyhow::Context;
 use clap::Args;
 use runp::cri::client::{RemoteOptions, RemoteRuntime};
@@ -73,6 +73,9 @@ pub struct AgentArgs {
     /// With --runtime=process: the pod network.
     #[command(flatten)]
     pub network: local::NetworkArgs,
+    // With --runtime=process: registries pulled from over plain http.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 /// The runtime behind the sync loop.
@@ -127,6 +130,11 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let mut served = None;
     let (runtime, images): (Arc<dyn RuntimeService>, Arc<dyn ImageService>) = match args.runtime {
         RuntimeKind::Remote => {
+            if !args.registry.insecure_registry.is_empty() {
+                tracing::warn!(
+                    "--insecure-registry is ignored with --runtime=remote: the remote runtime pulls"
+                );
+            }
             let endpoint = args.runtime_endpoint.as_deref().unwrap_or_default();
             let endpoint: CriEndpoint = endpoint
                 .parse()
@@ -139,7 +147,8 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             (remote.clone(), remote)
         }
         RuntimeKind::Process => {
-            let local = local::start(global, Some(args.node_ip), &args.network).await?;
+            let local =
+                local::start(global, Some(args.node_ip), &args.network, &args.registry).await?;
             let listen = args
                 .listen
                 .clone()

@@ -1,6 +1,6 @@
 //! Starting the in-process runtime (`--runtime=process`) and serving it over the CRI socket.
 
-use super::GlobalOpts;
+use super::{GlobalOpts, RegistryArgs};
 use anyhow::Context;
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{ImageService, RuntimeService};
@@ -86,9 +86,10 @@ pub async fn start(
     global: &GlobalOpts,
     node_ip: Option<IpAddr>,
     network: &NetworkArgs,
+    registry: &RegistryArgs,
 ) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
-    let store = ImageStore::open(&image_root)
+    let store = ImageStore::open_with(&image_root, registry.store_options()?)
         .with_context(|| format!("opening the image store {}", image_root.display()))?;
     let exe = std::env::current_exe().context("locating the runp binary")?;
     let reaper = Reaper::start().context("starting the child reaper")?;

@@ -8,6 +8,7 @@ pub mod pods;
 pub mod serve;
 
 use clap::Args;
+use runp::image::{RegistryOptions, StoreOptions};
 use std::path::PathBuf;
 
 /// Options shared by every subcommand.
@@ -34,6 +35,32 @@ impl GlobalOpts {
         self.image_root
             .clone()
             .unwrap_or_else(|| self.root.join("images"))
+    }
+}
+
+/// Registry options of the commands that pull (`serve`, `agent`, `image pull`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct RegistryArgs {
+    /// Reach this registry over plain http instead of https (HOST or HOST:PORT; a bare HOST
+    /// covers every port). Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    pub insecure_registry: Vec<String>,
+}
+
+impl RegistryArgs {
+    /// Image store options with these registry settings.
+    pub fn store_options(&self) -> anyhow::Result<StoreOptions> {
+        let registry = RegistryOptions {
+            insecure: self.insecure_registry.clone(),
+            ..RegistryOptions::default()
+        };
+        registry
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--insecure-registry {e}"))?;
+        Ok(StoreOptions {
+            registry,
+            ..StoreOptions::default()
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! `runp serve`: the CRI RuntimeService and ImageService over gRPC on a unix socket, backed by
 //! the in-process runtime and image store (usable by crictl or a kubelet).
 
-use super::{GlobalOpts, local};
+use super::{GlobalOpts, RegistryArgs, local};
 use clap::Args;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -16,10 +16,12 @@ pub struct ServeArgs {
     pub node_ip: Option<IpAddr>,
     #[command(flatten)]
     pub network: local::NetworkArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let local = local::start(global, args.node_ip, &args.network).await?;
+    let local = local::start(global, args.node_ip, &args.network, &args.registry).await?;
     local::serve(&args.listen, &local, local::termination_signal()).await?;
     // Pods keep running: their shims are independent of this process.
     tracing::info!("CRI server stopped; pods keep running");

@@ -26,6 +26,12 @@ pub enum ImageError {
         expected: String,
         actual: String,
     },
+    #[error("{what}: size mismatch: expected {expected} bytes, got {actual}")]
+    SizeMismatch {
+        what: String,
+        expected: u64,
+        actual: String,
+    },
     #[error("layer {layer}: refusing entry {entry:?}: {reason}")]
     UnsafeEntry {
         layer: String,
@@ -77,20 +83,27 @@ impl<T> IoContext<T> for io::Result<T> {
     }
 }
 
-impl From<ImageError> for tonic::Status {
-    fn from(err: ImageError) -> tonic::Status {
-        let message = err.to_string();
-        match err {
-            ImageError::NotFound(_) => tonic::Status::not_found(message),
+impl ImageError {
+    /// The CRI status code for this kind of failure.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            ImageError::NotFound(_) => tonic::Code::NotFound,
             ImageError::InvalidReference { .. }
             | ImageError::AmbiguousReference { .. }
             | ImageError::InvalidSource { .. }
             | ImageError::DigestMismatch { .. }
-            | ImageError::UnsafeEntry { .. } => tonic::Status::invalid_argument(message),
-            ImageError::InUse { .. } => tonic::Status::failed_precondition(message),
-            ImageError::Unsupported(_) => tonic::Status::unimplemented(message),
-            ImageError::Unpack { .. } | ImageError::Io { .. } => tonic::Status::internal(message),
+            | ImageError::SizeMismatch { .. }
+            | ImageError::UnsafeEntry { .. } => tonic::Code::InvalidArgument,
+            ImageError::InUse { .. } => tonic::Code::FailedPrecondition,
+            ImageError::Unsupported(_) => tonic::Code::Unimplemented,
+            ImageError::Unpack { .. } | ImageError::Io { .. } => tonic::Code::Internal,
         }
+    }
+}
+
+impl From<ImageError> for tonic::Status {
+    fn from(err: ImageError) -> tonic::Status {
+        tonic::Status::new(err.code(), err.to_string())
     }
 }
 

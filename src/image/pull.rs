@@ -1,5 +1,5 @@
-//! What `PullImage` is asked for. Until registry pulls exist, an image comes from the store
-//! itself or from a local source written the way skopeo/podman name them:
+//! What `PullImage` is asked for: an ordinary reference (pulled from its registry, see
+//! [`super::registry`]) or a local source written the way skopeo/podman name them:
 //! `oci-archive:PATH[:REF]`, `docker-archive:PATH[:REF]`, `oci:DIR[:REF]`.
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ pub enum PullSource {
         path: PathBuf,
         select: Option<String>,
     },
-    /// An ordinary image reference.
+    /// An ordinary image reference, pulled from its registry.
     Reference(String),
 }
 

@@ -1,10 +1,13 @@
 //! The CRI `ImageService` over the store. Store calls block (file I/O, unpacking), so each runs
-//! on tokio's blocking pool; errors become CRI statuses once, via `From<ImageError>`.
+//! on tokio's blocking pool; errors become CRI statuses once, via `From<ImageError>` and
+//! `From<&RegistryError>`. `PullImage` of an ordinary reference pulls from its registry.
 
 use super::error::ImageError;
 use super::import::ImportOptions;
 use super::pull::{PullSource, parse_pull_source};
 use super::records::ImageRecord;
+use super::reference::NamedRef;
+use super::registry::{Credentials, RegistryError};
 use super::store::ImageStore;
 use super::usage;
 use crate::cri::{CriResult, ImageService, api};
@@ -12,6 +15,20 @@ use std::collections::HashMap;
 use std::time::UNIX_EPOCH;
 
 impl ImageStore {
+    /// When the registry cannot be reached, an image the store already has under that name
+    /// stands in (images loaded with `runp image load` keep working offline); else the
+    /// registry's error.
+    async fn local_instead(&self, reference: &str, err: &RegistryError) -> CriResult<String> {
+        let key = reference.to_string();
+        match self.blocking(move |store| find(&store, &key)).await? {
+            Some(record) => {
+                tracing::warn!(image = reference, error = %err, "registry unreachable; using the image in the store");
+                Ok(record.id)
+            }
+            None => Err(tonic::Status::from(err)),
+        }
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(ImageStore) -> Result<T, ImageError> + Send + 'static,
@@ -120,9 +137,9 @@ impl ImageService for ImageStore {
         if image.is_empty() {
             return Err(tonic::Status::invalid_argument("PullImage needs an image"));
         }
-        let id = self
-            .blocking(move |store| match parse_pull_source(&image) {
-                PullSource::Local { path, select } => {
+        let id = match parse_pull_source(&image) {
+            PullSource::Local { path, select } => {
+                self.blocking(move |store| {
                     let options = ImportOptions {
                         select: select.as_deref(),
                         progress: None,
@@ -135,16 +152,21 @@ impl ImageService for ImageStore {
                         .first()
                         .map(|r| r.id.clone())
                         .ok_or_else(|| ImageError::NotFound(image.clone()))
+                })
+                .await?
+            }
+            PullSource::Reference(reference) => {
+                let name = NamedRef::parse(&reference)?;
+                let credentials = Credentials::from_cri(req.auth.as_ref())?;
+                match self.pull(&name, credentials, None).await {
+                    Ok(record) => record.id,
+                    Err(err) if err.is_unreachable() => {
+                        self.local_instead(&reference, &err).await?
+                    }
+                    Err(err) => return Err(tonic::Status::from(&*err)),
                 }
-                PullSource::Reference(reference) => match store.resolve(&reference) {
-                    Ok(record) => Ok(record.id),
-                    Err(ImageError::NotFound(_)) => Err(ImageError::NotFound(format!(
-                        "{reference} (not in the local store; pulling from registries is not supported yet)"
-                    ))),
-                    Err(err) => Err(err),
-                },
-            })
-            .await?;
+            }
+        };
         Ok(api::PullImageResponse { image_ref: id })
     }
 

@@ -6,7 +6,8 @@
 //! - `layers/<diff_id hex>/{fs,layer.json}`: each layer unpacked once, read-only afterwards
 //! - `images.json`: the image records
 //! - `leases/<holder hash>.json`: root filesystems made from images (see [`super::lease`])
-//! - `tmp/`: staging areas of running imports
+//! - `tmp/`: staging areas of running imports and pulls
+//! - `ingest/`: partial registry downloads, resumed by the next pull (see [`super::ingest`])
 //! - `lock`: the metadata lock (flock) shared with other processes using the store
 
 use super::blobs::BlobDir;
@@ -14,17 +15,19 @@ use super::digest::Digest;
 use super::error::{ImageError, IoContext};
 use super::host::HostCaps;
 use super::import::staging;
+use super::ingest;
 use super::layers::{self, LayerInfo};
 use super::lease;
 use super::lock::StoreLock;
 use super::records::{ImageRecord, Records};
 use super::reference::parse_lookup;
+use super::registry::{Registry, RegistryOptions};
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// The wall clock, injectable for tests.
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -46,6 +49,9 @@ pub struct StoreOptions {
     /// Unpack new layers with OCI whiteout files even where the overlay form is possible
     /// (such layers are only ever used through the copy fallback).
     pub portable_layers: bool,
+    /// Partial downloads untouched for longer are removed by garbage collection.
+    pub ingest_max_age: Duration,
+    pub registry: RegistryOptions,
 }
 
 impl Default for StoreOptions {
@@ -54,6 +60,8 @@ impl Default for StoreOptions {
             clock: Arc::new(SystemTime::now),
             rootfs: RootfsPolicy::Auto,
             portable_layers: false,
+            ingest_max_age: Duration::from_secs(24 * 3600),
+            registry: RegistryOptions::default(),
         }
     }
 }
@@ -69,6 +77,7 @@ pub(crate) struct Inner {
     pub blobs: BlobDir,
     pub caps: HostCaps,
     pub options: StoreOptions,
+    pub registry: Registry,
     /// Parsed records and the identity of the file they came from.
     records_cache: Mutex<Option<(FileStamp, Arc<Records>)>>,
     /// Set once the rootfs strategy has been logged at `info`.
@@ -82,6 +91,7 @@ pub(crate) struct StorePaths {
     pub records: PathBuf,
     pub leases: PathBuf,
     pub tmp: PathBuf,
+    pub ingest: PathBuf,
 }
 
 /// Identity of a version of the records file (atomic replacement changes the inode).
@@ -109,10 +119,17 @@ impl ImageStore {
             records: root.join("images.json"),
             leases: root.join("leases"),
             tmp: root.join("tmp"),
+            ingest: root.join("ingest"),
             root,
         };
         let fresh = !paths.root.exists();
-        for dir in [&paths.root, &paths.layers, &paths.leases, &paths.tmp] {
+        for dir in [
+            &paths.root,
+            &paths.layers,
+            &paths.leases,
+            &paths.tmp,
+            &paths.ingest,
+        ] {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -137,6 +154,7 @@ impl ImageStore {
                 paths,
                 blobs,
                 caps,
+                registry: Registry::new(options.registry.clone()),
                 options,
                 records_cache: Mutex::new(None),
                 rootfs_logged: OnceLock::new(),
@@ -209,6 +227,9 @@ impl ImageStore {
         leases: &[lease::Lease],
     ) -> Result<(), ImageError> {
         let paths = &self.inner.paths;
+        // Partials are flocked by their writers, so old unlocked ones are safe to drop even
+        // while pulls run.
+        ingest::remove_stale(&paths.ingest, self.now(), self.inner.options.ingest_max_age)?;
         if staging::any_live(&paths.tmp)? {
             tracing::debug!("an import is running: garbage collection deferred");
             return Ok(());

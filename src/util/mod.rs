@@ -1,3 +1,4 @@
 //! Small shared helpers with no dependencies on the other layers.
 
 pub mod atomic_file;
+pub mod tls;

@@ -438,6 +438,70 @@ pub fn write_oci_layout(layout: &Path, images: &[TestImage]) -> Vec<String> {
     ids
 }
 
+/// Digests of [`write_multi_platform_layout`]'s pieces.
+pub struct MultiPlatform {
+    pub index: String,
+    pub arm_manifest: String,
+    pub arm_config: String,
+    pub arm_layer: String,
+}
+
+/// A copy of the OCI layout `base` (one linux/amd64 image) whose `index.json` names, as
+/// `name`, a nested index listing a small linux/arm64 image first and `base`'s image second.
+pub fn write_multi_platform_layout(layout: &Path, base: &Path, name: &str) -> MultiPlatform {
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", base.display()))
+        .arg(layout)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let layer_tar = LayerBuilder::new()
+        .file("arm64", b"not for this host\n")
+        .finish();
+    let layer = compress(&layer_tar, Compress::Gzip);
+    let arm_layer = put_blob(layout, &layer);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "arm64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [sha(&layer_tar)]},
+    }))
+    .unwrap();
+    let arm_config = put_blob(layout, &config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": arm_config, "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": arm_layer, "size": layer.len()}],
+    }))
+    .unwrap();
+    let arm_manifest = put_blob(layout, &manifest);
+    let base_index: serde_json::Value =
+        serde_json::from_slice(&fs::read(base.join("index.json")).unwrap()).unwrap();
+    let amd = &base_index["manifests"][0];
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm_manifest,
+             "size": manifest.len(), "platform": {"os": "linux", "architecture": "arm64"}},
+            {"mediaType": amd["mediaType"], "digest": amd["digest"], "size": amd["size"],
+             "platform": {"os": "linux", "architecture": "amd64"}},
+        ],
+    }))
+    .unwrap();
+    let index_digest = put_blob(layout, &index);
+    let top = serde_json::json!({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.index.v1+json", "digest": index_digest,
+        "size": index.len(), "annotations": {"org.opencontainers.image.ref.name": name}}]});
+    fs::write(layout.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
+    MultiPlatform {
+        index: index_digest,
+        arm_manifest,
+        arm_config,
+        arm_layer,
+    }
+}
+
 /// Tars a directory (an OCI layout) into `out`.
 pub fn tar_dir(dir: &Path, out: &Path) {
     let mut builder = tar::Builder::new(fs::File::create(out).unwrap());

@@ -119,7 +119,7 @@ impl ImageStore {
         commit(self, &staging, &candidates, &diff_ids, &staged_layers)
     }
 
-    fn has_layer(&self, diff_id: &Digest) -> bool {
+    pub(crate) fn has_layer(&self, diff_id: &Digest) -> bool {
         read_info(&layers::layer_dir(&self.inner.paths.layers, diff_id)).is_some()
     }
 }
@@ -181,7 +181,7 @@ fn checked_diff_ids(candidate: &Candidate, path: &Path) -> Result<Vec<Digest>, I
             ),
         ));
     }
-    let (os, arch) = oci::host_platform();
+    let (os, arch) = super::platform::host_platform();
     let config = &candidate.config_json;
     if config.os().to_string() != os || config.architecture().to_string() != arch {
         tracing::warn!(
@@ -195,7 +195,7 @@ fn checked_diff_ids(candidate: &Candidate, path: &Path) -> Result<Vec<Digest>, I
 }
 
 /// Moves the staged blobs and layers into the store and records the images, under the lock.
-fn commit(
+pub(crate) fn commit(
     store: &ImageStore,
     staging: &Staging,
     candidates: &[Candidate],

@@ -8,6 +8,7 @@ use super::source::Source;
 use crate::image::blobs::{StoredBlob, read_json_blob};
 use crate::image::digest::Digest;
 use crate::image::error::ImageError;
+use crate::image::platform;
 use crate::image::reference::NamedRef;
 use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest};
 use std::collections::HashMap;
@@ -96,39 +97,14 @@ fn select_manifest(
     let index: ImageIndex = serde_json::from_value(value).map_err(|e| {
         ImageError::invalid_source(source.path(), format!("image index {digest}: {e}"))
     })?;
-    let (os, arch) = host_platform();
-    let chosen = index.manifests().iter().find(|m| {
-        m.platform()
-            .as_ref()
-            .is_some_and(|p| p.os().to_string() == os && p.architecture().to_string() == arch)
-    });
-    match chosen {
+    let (os, arch) = platform::host_platform();
+    match platform::choose(index.manifests(), os, arch) {
         Some(manifest) => select_manifest(source, manifest, depth + 1),
-        None => {
-            let available: Vec<String> = index
-                .manifests()
-                .iter()
-                .filter_map(|m| m.platform().as_ref())
-                .map(|p| format!("{}/{}", p.os(), p.architecture()))
-                .collect();
-            Err(ImageError::Unsupported(format!(
-                "image index {digest} has no {os}/{arch} manifest (it has: {})",
-                available.join(", ")
-            )))
-        }
+        None => Err(ImageError::Unsupported(format!(
+            "image index {digest} has no {os}/{arch} manifest (it has: {})",
+            platform::available(index.manifests())
+        ))),
     }
-}
-
-/// The OCI os/architecture names of this host.
-pub fn host_platform() -> (&'static str, &'static str) {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    };
-    ("linux", arch)
 }
 
 fn load_manifest(source: &mut Source<'_>, digest: &Digest) -> Result<Candidate, ImageError> {

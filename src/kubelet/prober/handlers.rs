@@ -23,7 +23,8 @@ pub struct Target<'a> {
 /// Runs probes and hooks; holds the HTTP client (no keep-alive, like the kubelet's prober).
 #[derive(Clone)]
 pub struct Handlers {
-    http: reqwest::Client,
+    /// `None` only when the HTTP client could not be set up (logged once).
+    http: Option<reqwest::Client>,
 }
 
 impl Default for Handlers {
@@ -86,11 +87,19 @@ fn truncate(bytes: &[u8]) -> String {
 
 impl Handlers {
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .user_agent("kube-probe/1.34")
-            .build()
-            .unwrap_or_default();
+        // reqwest has no TLS provider of its own here: it is always handed runp's config.
+        let http = crate::util::tls::client_config()
+            .map_err(|err| err.to_string())
+            .and_then(|tls| {
+                reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .user_agent("kube-probe/1.34")
+                    .tls_backend_preconfigured(tls)
+                    .build()
+                    .map_err(|err| err.to_string())
+            })
+            .inspect_err(|err| tracing::warn!(error = %err, "HTTP probes disabled"))
+            .ok();
         Handlers { http }
     }
 
@@ -190,9 +199,8 @@ impl Handlers {
         let scheme = action.scheme.as_deref().unwrap_or("HTTP");
         if scheme.eq_ignore_ascii_case("HTTPS") {
             return failure(
-                "HTTPS probes are not supported: runp is built without TLS support \
-                 (reqwest without TLS features), so it cannot connect with certificate \
-                 verification disabled as the kubelet does",
+                "HTTPS probes are not supported: the kubelet probes over TLS with certificate \
+                 verification disabled, which runp's prober does not do",
             );
         }
         let address = match address(&action.port, action.host.as_deref(), target) {
@@ -204,7 +212,10 @@ impl Handlers {
             path.insert(0, '/');
         }
         let url = format!("http://{address}{path}");
-        let mut request = self.http.get(&url).timeout(timeout).header("Accept", "*/*");
+        let Some(http) = &self.http else {
+            return failure("HTTP probes are unavailable: the HTTP client could not be set up");
+        };
+        let mut request = http.get(&url).timeout(timeout).header("Accept", "*/*");
         for header in action.http_headers.iter().flatten() {
             request = request.header(header.name.as_str(), header.value.as_str());
         }
