@@ -147,8 +147,9 @@ fn no_fd_leaks_into_the_shim_or_the_container() {
         !shim_fds.contains(&marker),
         "leaked into the shim: {shim_fds:?}"
     );
-    // stdio, its logs, the container log, the output pipes, a signalfd and a pidfd (and "/",
-    // which libcontainer's path-safe helpers keep open); the report pipe is closed.
+    // stdio, its logs, the container log, the output pipes, a signalfd, a pidfd and the attach
+    // socket's listener (and "/", which libcontainer's path-safe helpers keep open); the report
+    // pipe is closed.
     let shim_log = run
         .state_dir
         .join(jail::SHIM_LOG_FILE)
@@ -159,6 +160,7 @@ fn no_fd_leaks_into_the_shim_or_the_container() {
         let expected = [shim_log.as_str(), &container_log, "/dev/null", "/"]
             .contains(&target.as_str())
             || target.starts_with("pipe:")
+            || target.starts_with("socket:")
             || ["anon_inode:[pidfd]", "anon_inode:[signalfd]"].contains(&target.as_str());
         assert!(expected, "unexpected fd {target} in the shim: {shim_fds:?}");
     }
@@ -166,6 +168,16 @@ fn no_fd_leaks_into_the_shim_or_the_container() {
         shim_fds.iter().filter(|t| t.starts_with("pipe:")).count(),
         2,
         "{shim_fds:?}"
+    );
+    assert_eq!(
+        shim_fds.iter().filter(|t| t.starts_with("socket:")).count(),
+        1,
+        "{shim_fds:?}"
+    );
+    assert!(
+        run.state_dir
+            .join(jail::attach::ATTACH_SOCKET_FILE)
+            .exists()
     );
     let mut container_fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()

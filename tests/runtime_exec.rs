@@ -1,4 +1,5 @@
-//! ExecSync: output, exit codes, timeouts; streaming entry points say they are not there yet.
+//! ExecSync: output, exit codes, timeouts; the bare runtime says its streaming URLs come from the
+//! streaming server (tests/runtime_streaming.rs runs it).
 
 #[path = "support/runtime.rs"]
 mod support;

@@ -76,6 +76,9 @@ pub struct AgentArgs {
     // With --runtime=process: registries pulled from over plain http.
     #[command(flatten)]
     pub registry: RegistryArgs,
+    // With --runtime=process: the streaming server (Exec/Attach/PortForward on --listen).
+    #[command(flatten)]
+    pub streaming: local::StreamingArgs,
 }
 
 /// The runtime behind the sync loop.
@@ -147,8 +150,14 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             (remote.clone(), remote)
         }
         RuntimeKind::Process => {
-            let local =
-                local::start(global, Some(args.node_ip), &args.network, &args.registry).await?;
+            let local = local::start(
+                global,
+                Some(args.node_ip),
+                &args.network,
+                &args.registry,
+                &args.streaming,
+            )
+            .await?;
             let listen = args
                 .listen
                 .clone()

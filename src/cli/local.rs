@@ -3,12 +3,13 @@
 use super::{GlobalOpts, RegistryArgs};
 use anyhow::Context;
 use runp::cri::endpoint::CriEndpoint;
+use runp::cri::streaming::{StreamingServer, WithStreaming};
 use runp::cri::{ImageService, RuntimeService};
 use runp::image::ImageStore;
 use runp::runtime::network::{NetworkMode, NetworkOptions};
 use runp::runtime::{ProcessRuntime, Reaper, RuntimeOptions};
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -34,6 +35,15 @@ pub struct NetworkArgs {
     /// on one host that share a bridge and CIDR must share this directory.
     #[arg(long)]
     pub cni_data_dir: Option<PathBuf>,
+}
+
+/// Where Exec/Attach/PortForward are served (`runp serve`, `runp agent --runtime=process`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct StreamingArgs {
+    /// Address of the streaming server whose one-time URLs Exec, Attach and PortForward
+    /// answer (as containerd's: loopback, a free port by default).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub streaming_addr: SocketAddr,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +79,7 @@ impl NetworkArgs {
     }
 }
 
-/// The process runtime and its image store, as CRI trait objects.
+/// The process runtime (with its streaming server) and its image store, as CRI trait objects.
 pub struct LocalRuntime {
     pub runtime: Arc<dyn RuntimeService>,
     pub images: Arc<dyn ImageService>,
@@ -81,12 +91,13 @@ pub fn default_endpoint(global: &GlobalOpts) -> String {
 }
 
 /// Opens the image store and starts the process runtime under `--root`, re-adopting what a
-/// previous agent left running. Owns this process's one reaper.
+/// previous agent left running, and its streaming server. Owns this process's one reaper.
 pub async fn start(
     global: &GlobalOpts,
     node_ip: Option<IpAddr>,
     network: &NetworkArgs,
     registry: &RegistryArgs,
+    streaming: &StreamingArgs,
 ) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
     let store = ImageStore::open_with(&image_root, registry.store_options()?)
@@ -99,8 +110,11 @@ pub async fn start(
     let runtime = ProcessRuntime::start(options)
         .await
         .context("starting the process runtime")?;
+    let server = StreamingServer::start(streaming.streaming_addr, runtime.clone())
+        .context("starting the streaming server")?;
+    tracing::info!(url = %server.base_url(), "streaming server for Exec, Attach and PortForward");
     Ok(LocalRuntime {
-        runtime,
+        runtime: Arc::new(WithStreaming::new(runtime, Arc::new(server))),
         images: Arc::new(store),
     })
 }

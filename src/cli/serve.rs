@@ -18,10 +18,19 @@ pub struct ServeArgs {
     pub network: local::NetworkArgs,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    #[command(flatten)]
+    pub streaming: local::StreamingArgs,
 }
 
 pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let local = local::start(global, args.node_ip, &args.network, &args.registry).await?;
+    let local = local::start(
+        global,
+        args.node_ip,
+        &args.network,
+        &args.registry,
+        &args.streaming,
+    )
+    .await?;
     local::serve(&args.listen, &local, local::termination_signal()).await?;
     // Pods keep running: their shims are independent of this process.
     tracing::info!("CRI server stopped; pods keep running");

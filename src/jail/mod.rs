@@ -9,21 +9,26 @@
 //! `shim.log` (the shim's own diagnostics), `exit.json` ([`ExitRecord`], written atomically by the
 //! shim once it reaped the process).
 
+pub mod attach;
 pub mod channel;
+mod console;
 mod error;
 mod exec;
 mod executor;
 mod fds;
 mod infra;
 mod namespaces;
+mod netns;
 mod proc;
 mod shim;
 mod spawn;
 
+pub use console::{recv_fd, set_window_size};
 pub use error::JailError;
 pub use exec::run_exec_helper;
 pub use namespaces::is_namespace_file;
 pub use namespaces::release_pod_namespaces;
+pub use netns::connect_in_netns;
 pub use proc::{
     exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
     request_log_reopen,
@@ -57,6 +62,8 @@ pub enum ShimProcess {
     Container {
         bundle: PathBuf,
         libcontainer_root: PathBuf,
+        #[serde(default)]
+        stdio: ContainerStdio,
     },
     /// The pod infra ("pause") process. Creates the requested namespaces (net/ipc/uts; sets the
     /// hostname, brings `lo` up), bind-mounts them as files under `ns_dir` (ns_dir/net, ipc, uts,
@@ -68,6 +75,20 @@ pub enum ShimProcess {
         new_uts: bool,
         hostname: Option<String>,
     },
+}
+
+/// The container's stdin and terminal (CRI `ContainerConfig.stdin`, `stdin_once`, `tty`). The
+/// shim owns them and serves them, with the output, on its attach socket
+/// ([`attach::ATTACH_SOCKET_FILE`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerStdio {
+    /// stdin is a pipe the shim holds (else /dev/null).
+    pub stdin: bool,
+    /// Close the container's stdin when the first attached client's stdin ends (not with tty).
+    pub stdin_once: bool,
+    /// The container runs on a terminal (OCI `process.terminal`); its output is logged as
+    /// stdout.
+    pub tty: bool,
 }
 
 /// The namespaces of a pod, as files containers join through OCI `linux.namespaces[].path`.
@@ -130,8 +151,12 @@ pub struct ExecSpec {
     /// `KEY=value` entries, added to (and overriding) the container's environment.
     pub env: Vec<String>,
     pub cwd: Option<PathBuf>,
-    /// Not supported yet: an exec with `tty` fails with [`ExecReport::Failed`].
+    /// Run on a terminal (the container's devpts), passed back on [`SpawnedExec::console`].
     pub tty: bool,
+    /// The command's stdin is a pipe ([`SpawnedExec::stdin`]) instead of /dev/null. With `tty`
+    /// the terminal is its stdin.
+    #[serde(default)]
+    pub stdin: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,7 +179,10 @@ pub struct SpawnedExec {
     pub helper_pid: i32,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
-    /// Always `None` for now: the command's stdin is /dev/null.
+    /// The write end of the command's stdin when [`ExecSpec::stdin`] (without a tty).
     pub stdin: Option<OwnedFd>,
+    /// With [`ExecSpec::tty`]: the helper sends the terminal master here (see [`recv_fd`])
+    /// before it reports `Started`.
+    pub console: Option<OwnedFd>,
     pub report: channel::Receiver<ExecReport>,
 }

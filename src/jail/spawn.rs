@@ -18,11 +18,15 @@ use std::process::{Command, Stdio};
 
 /// fd on which `runp shim` sends its single [`ShimReport`].
 pub(crate) const SHIM_REPORT_FD: RawFd = 3;
-/// fds of `runp exec-helper`: report out, spec in, the command's stdout and stderr.
+/// fds of `runp exec-helper`: report out, spec in, the command's stdout and stderr, then the
+/// optional ones: its stdin (when streamed) and the socket the terminal master is passed on
+/// (tty execs).
 pub(crate) const EXEC_REPORT_FD: RawFd = 3;
 pub(crate) const EXEC_SPEC_FD: RawFd = 4;
 pub(crate) const EXEC_STDOUT_FD: RawFd = 5;
 pub(crate) const EXEC_STDERR_FD: RawFd = 6;
+pub(crate) const EXEC_STDIN_FD: RawFd = 7;
+pub(crate) const EXEC_CONSOLE_FD: RawFd = 8;
 
 /// Environment variables a re-executed helper keeps (everything else is dropped so the agent's
 /// environment does not leak towards containers).
@@ -67,24 +71,41 @@ pub fn spawn_shim(runp_exe: &Path, state_dir: &Path) -> Result<SpawnedShim, Jail
 }
 
 /// Starts `runp exec-helper` for `spec`. The returned stdout/stderr are the read ends of the
-/// command's pipes; the helper exits with the command's exit code.
+/// command's pipes, `stdin` the write end of its stdin when `spec.stdin` (and no tty), and
+/// `console` the socket the helper passes the terminal master on when `spec.tty`; the helper
+/// exits with the command's exit code.
 pub fn spawn_exec(runp_exe: &Path, spec: &ExecSpec) -> Result<SpawnedExec, JailError> {
     let (report_tx, report_rx) = channel::pipe::<ExecReport>()?;
     let (spec_tx, spec_rx) = channel::pipe::<ExecSpec>()?;
     preload_spec(spec_tx, spec)?;
     let (stdout_r, stdout_w) = cloexec_pipe()?;
     let (stderr_r, stderr_w) = cloexec_pipe()?;
+    let stdin = match spec.stdin && !spec.tty {
+        true => Some(cloexec_pipe()?),
+        false => None,
+    };
+    let console = match spec.tty {
+        true => Some(super::console::socket_pair()?),
+        false => None,
+    };
     let report_tx = report_tx.into_owned_fd();
     let spec_rx = spec_rx.into_owned_fd();
+    let mut fds = vec![
+        (&report_tx, EXEC_REPORT_FD),
+        (&spec_rx, EXEC_SPEC_FD),
+        (&stdout_w, EXEC_STDOUT_FD),
+        (&stderr_w, EXEC_STDERR_FD),
+    ];
+    if let Some((read, _)) = &stdin {
+        fds.push((read, EXEC_STDIN_FD));
+    }
+    if let Some((_, helper_end)) = &console {
+        fds.push((helper_end, EXEC_CONSOLE_FD));
+    }
     let helper_pid = reexec(
         runp_exe,
         &[OsStr::new("exec-helper")],
-        &[
-            (&report_tx, EXEC_REPORT_FD),
-            (&spec_rx, EXEC_SPEC_FD),
-            (&stdout_w, EXEC_STDOUT_FD),
-            (&stderr_w, EXEC_STDERR_FD),
-        ],
+        &fds,
         // The helper's own diagnostics go where the agent's go.
         Output {
             stdout: Stdio::null(),
@@ -96,7 +117,8 @@ pub fn spawn_exec(runp_exe: &Path, spec: &ExecSpec) -> Result<SpawnedExec, JailE
         helper_pid,
         stdout: stdout_r,
         stderr: stderr_r,
-        stdin: None,
+        stdin: stdin.map(|(_, write)| write),
+        console: console.map(|(ours, _)| ours),
         report: report_rx,
     })
 }

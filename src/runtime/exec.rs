@@ -69,6 +69,7 @@ impl ProcessRuntime {
             env: Vec::new(),
             cwd: None,
             tty: false,
+            stdin: false,
         };
         let spawned = jail::spawn_exec(&self.runp_exe, &spec)?;
         let helper_pid = spawned.helper_pid;

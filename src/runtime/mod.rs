@@ -21,6 +21,7 @@ mod shim;
 pub mod spec;
 pub mod state;
 mod stats;
+mod streaming;
 
 pub use error::RuntimeError;
 pub use reaper::Reaper;

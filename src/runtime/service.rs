@@ -4,8 +4,9 @@ use crate::cri::{CRI_API_VERSION, CriResult, EventStream, RuntimeService, api};
 use crate::runtime::ProcessRuntime;
 use crate::runtime::error::RuntimeError;
 
-/// Why Exec/Attach/PortForward are not available yet.
-const NO_STREAMING: &str = "streaming (Exec/Attach/PortForward) needs the streaming server, which comes with the gRPC server; use ExecSync";
+/// The bare runtime has no URL to give: its `StreamingRuntime` side is served by a streaming
+/// server, through `cri::streaming::WithStreaming` (as `runp serve` and `runp agent` do).
+const NO_STREAMING: &str = "Exec/Attach/PortForward URLs come from the streaming server: wrap the runtime in WithStreaming (runp serve and runp agent do)";
 
 fn cri<T>(result: Result<T, RuntimeError>) -> CriResult<T> {
     result.map_err(tonic::Status::from)

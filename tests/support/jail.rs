@@ -253,6 +253,7 @@ impl Run {
             process: ShimProcess::Container {
                 bundle: self.bundle.clone(),
                 libcontainer_root: self.lc_root.clone(),
+                stdio: Default::default(),
             },
             log_path: Some(self.log_path.clone()),
         }
@@ -409,6 +410,7 @@ pub fn exec_spec(run: &Run, args: &[&str]) -> jail::ExecSpec {
         env: vec![],
         cwd: None,
         tty: false,
+        stdin: false,
     }
 }
 

@@ -2,10 +2,12 @@
 //! becomes a child of the shim: libcontainer clones the intermediate process as our child and the
 //! init with CLONE_PARENT from there.
 
-use super::super::JailError;
+use super::super::console::BoundSocket;
 use super::super::error::error_chain;
 use super::super::executor::JailExecutor;
 use super::super::fds::cloexec_pipe;
+use super::super::{ContainerStdio, JailError};
+use super::logs::Stream;
 use libcontainer::container::Container;
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::error::LibcontainerError;
@@ -20,17 +22,29 @@ use tracing::warn;
 pub(crate) struct RunningContainer {
     pub container: Container,
     pub pid: i32,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+    /// What the shim logs: stdout and stderr pipes, or the terminal master (as stdout).
+    pub outputs: Vec<(Stream, OwnedFd)>,
+    /// Where attached clients' input goes: the stdin pipe, or the terminal master.
+    pub stdin: Option<OwnedFd>,
+    /// The terminal master, for resizes.
+    pub terminal: Option<OwnedFd>,
 }
 
-/// Builds and starts `id` from `bundle`. The container's stdin is /dev/null; its stdout and stderr
-/// are pipes whose read ends are returned. On failure nothing is left behind (libcontainer
-/// removes a half-created container; a created one that fails to start is deleted here).
+/// How long the container init may take to send its terminal once created.
+const TERMINAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Builds and starts `id` from `bundle`. Without a tty the container's stdout and stderr are
+/// pipes whose read ends are returned, and its stdin is a pipe (`stdio.stdin`) or /dev/null;
+/// with a tty (the bundle's `process.terminal`), the init opens a pty on the container's devpts
+/// and sends its master to a console socket in `state_dir`. On failure nothing is left behind
+/// (libcontainer removes a half-created container; a created one that fails to start is deleted
+/// here).
 pub(crate) fn start_container(
     id: &str,
     bundle: &Path,
     libcontainer_root: &Path,
+    state_dir: &Path,
+    stdio: ContainerStdio,
     shim_log: &Path,
 ) -> Result<RunningContainer, JailError> {
     let log_offset = std::fs::metadata(shim_log).map(|m| m.len()).unwrap_or(0);
@@ -42,8 +56,22 @@ pub(crate) fn start_container(
     })?;
     let (stdout, stdout_w) = cloexec_pipe()?;
     let (stderr, stderr_w) = cloexec_pipe()?;
-    let stdin = std::fs::File::open("/dev/null")
-        .map_err(|err| JailError::io("cannot open /dev/null", err))?;
+    let (stdin, stdin_w): (OwnedFd, Option<OwnedFd>) = match stdio.stdin && !stdio.tty {
+        true => {
+            let (read, write) = cloexec_pipe()?;
+            (read, Some(write))
+        }
+        false => (
+            std::fs::File::open("/dev/null")
+                .map_err(|err| JailError::io("cannot open /dev/null", err))?
+                .into(),
+            None,
+        ),
+    };
+    let console = match stdio.tty {
+        true => Some(BoundSocket::listen(state_dir, "console.sock", 1)?),
+        false => None,
+    };
     // Closed by the container's exec (close-on-exec), or carrying the exec error.
     let (exec_notify, exec_notify_w) = cloexec_pipe()?;
     let executor = JailExecutor {
@@ -53,6 +81,7 @@ pub(crate) fn start_container(
 
     let mut container = ContainerBuilder::new(id.to_string(), SyscallType::default())
         .with_executor(executor)
+        .with_console_socket(console.as_ref().map(|c| c.path()))
         .with_stdin(stdin)
         .with_stdout(stdout_w)
         .with_stderr(stderr_w)
@@ -79,6 +108,21 @@ pub(crate) fn start_container(
             "libcontainer created the container but recorded no pid".into(),
         ));
     };
+    // The init sent its terminal while being created (before it waits to be started).
+    let terminal = match &console {
+        Some(console) => match console.receive_pty_master(TERMINAL_TIMEOUT) {
+            Ok(master) => Some(master),
+            Err(err) => {
+                let pid = Pid::from_raw(pid.as_raw());
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::__WALL));
+                delete_container(&mut container);
+                return Err(err);
+            }
+        },
+        None => None,
+    };
+    drop(console);
     let started = container
         .start()
         .map_err(|err| {
@@ -94,11 +138,33 @@ pub(crate) fn start_container(
         delete_container(&mut container);
         return Err(err);
     }
+    let dup = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|err| JailError::io("cannot duplicate the terminal", err))
+    };
+    let (outputs, stdin, terminal) = match terminal {
+        // stdout/stderr pipes are unused with a terminal: the init wired its stdio to the pty.
+        Some(master) => (
+            vec![(Stream::Stdout, dup(&master)?)],
+            if stdio.stdin {
+                Some(dup(&master)?)
+            } else {
+                None
+            },
+            Some(master),
+        ),
+        None => (
+            vec![(Stream::Stdout, stdout), (Stream::Stderr, stderr)],
+            stdin_w,
+            None,
+        ),
+    };
     Ok(RunningContainer {
         container,
         pid: pid.as_raw(),
-        stdout,
-        stderr,
+        outputs,
+        stdin,
+        terminal,
     })
 }
 

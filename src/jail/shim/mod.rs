@@ -6,6 +6,7 @@
 //! copies the container's stdout/stderr into the CRI log (reopened on SIGUSR1), reaps the
 //! process, removes libcontainer's state and cgroup, writes `exit.json` last and exits 0.
 
+mod attach;
 mod container;
 pub mod logs;
 mod oom;
@@ -19,7 +20,7 @@ use super::{
     EXIT_RECORD_FILE, ExitRecord, JailError, SHIM_LOG_FILE, SHIM_SPEC_FILE, ShimProcess,
     ShimReport, ShimSpec, exit_code_from_wait_status, now_unix_nanos, process_start_time,
 };
-use logs::{CriLog, Stream};
+use logs::CriLog;
 use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use oom::OomCounter;
@@ -75,28 +76,45 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
         JailError::io(format!("cannot open the container log {path}"), err)
     })?;
 
-    let (pid, outputs, namespaces, mut supervised) = match &spec.process {
+    let (pid, outputs, namespaces, mut supervised, attach) = match &spec.process {
         ShimProcess::Container {
             bundle,
             libcontainer_root,
+            stdio,
         } => {
             let container::RunningContainer {
-                container,
+                mut container,
                 pid,
-                stdout,
-                stderr,
+                outputs,
+                stdin,
+                terminal,
             } = container::start_container(
                 &spec.id,
                 bundle,
                 libcontainer_root,
+                &state_dir,
+                *stdio,
                 &state_dir.join(SHIM_LOG_FILE),
             )?;
-            let outputs = vec![(Stream::Stdout, stdout), (Stream::Stderr, stderr)];
+            // Listening before "started" is reported: a running container can be attached.
+            let attach = match attach::AttachServer::listen(&state_dir, *stdio, stdin, terminal) {
+                Ok(attach) => attach,
+                Err(err) => {
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+                    let _ = nix::sys::wait::waitpid(
+                        nix::unistd::Pid::from_raw(pid),
+                        Some(nix::sys::wait::WaitPidFlag::__WALL),
+                    );
+                    container::delete_container(&mut container);
+                    return Err(err);
+                }
+            };
             let supervised = Supervised::Container {
                 container: Box::new(container),
                 oom: OomCounter::for_process(pid),
             };
-            (pid, outputs, None, supervised)
+            (pid, outputs, None, supervised, Some(attach))
         }
         ShimProcess::Infra {
             ns_dir,
@@ -111,6 +129,7 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
                 Vec::new(),
                 Some(infra.namespaces),
                 Supervised::Infra,
+                None,
             )
         }
     };
@@ -129,7 +148,7 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
     }
     info!(pid, "process started");
 
-    let status = supervise::supervise(pid, outputs, &mut log, &mut signals)?;
+    let status = supervise::supervise(pid, outputs, &mut log, &mut signals, attach)?;
     let (exit_code, signal) = exit_code_from_wait_status(status).unwrap_or((255, None));
     let mut oom_killed = false;
     if let Supervised::Container { container, oom } = &mut supervised {

@@ -1,6 +1,7 @@
 //! The shim's poll loop: copies output into the CRI log, reopens the log on SIGUSR1, reaps the
 //! process (and any other child that ends up with us), then drains the pipes for a bounded time.
 
+use super::attach::{AttachServer, FINISH_LIMIT};
 use super::logs::{CriLog, Stream};
 use crate::jail::JailError;
 use crate::jail::fds::set_nonblocking;
@@ -21,12 +22,14 @@ use tracing::{info, warn};
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Runs until `pid` has been reaped and its output drained; returns its wait status.
+/// Runs until `pid` has been reaped and its output drained; returns its wait status. Output also
+/// goes to the clients of `attach`, which is served from this loop.
 pub(super) fn supervise(
     pid: i32,
     outputs: Vec<(Stream, OwnedFd)>,
     log: &mut CriLog,
     signals: &mut SignalFd,
+    mut attach: Option<AttachServer>,
 ) -> Result<WaitStatus, JailError> {
     let mut outputs: Vec<(Stream, File)> = outputs
         .into_iter()
@@ -69,19 +72,25 @@ pub(super) fn supervise(
         for (_, file) in &outputs {
             fds.push(PollFd::new(file.as_fd(), PollFlags::POLLIN));
         }
+        let first_attach = fds.len();
+        let plan = attach.as_ref().map(|a| a.poll_fds(&mut fds));
         match poll(&mut fds, timeout) {
             Ok(_) => {}
             Err(Errno::EINTR) => continue,
             Err(err) => return Err(JailError::sys("poll", err)),
         }
-        let ready: Vec<bool> = fds
+        let revents: Vec<PollFlags> = fds
             .iter()
-            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
             .collect();
+        let ready: Vec<bool> = revents.iter().map(|r| !r.is_empty()).collect();
         drop(fds);
 
         if ready[0] {
             handle_signals(signals, log);
+        }
+        if let (Some(attach), Some(plan)) = (&mut attach, &plan) {
+            attach.handle(plan, &revents[first_attach..]);
         }
         // Outputs in reverse so removing a closed one keeps the other indices valid.
         for index in (0..outputs.len()).rev() {
@@ -95,9 +104,19 @@ pub(super) fn supervise(
                     log.finish(stream, chrono::Utc::now());
                     outputs.remove(index);
                 }
-                Ok(n) => log.push(stream, &buf[..n], chrono::Utc::now()),
+                Ok(n) => {
+                    log.push(stream, &buf[..n], chrono::Utc::now());
+                    if let Some(attach) = &mut attach {
+                        attach.broadcast(stream, &buf[..n]);
+                    }
+                }
                 Err(err)
                     if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                // A terminal master reads EIO once no process holds the terminal any more.
+                Err(err) if err.raw_os_error() == Some(libc::EIO) => {
+                    log.finish(stream, chrono::Utc::now());
+                    outputs.remove(index);
+                }
                 Err(err) => {
                     warn!(%err, stream = stream.as_str(), "cannot read container output");
                     log.finish(stream, chrono::Utc::now());
@@ -111,6 +130,9 @@ pub(super) fn supervise(
     }
     for (stream, _) in &outputs {
         log.finish(*stream, chrono::Utc::now());
+    }
+    if let Some(attach) = &mut attach {
+        attach.finish(Instant::now() + FINISH_LIMIT);
     }
     status.ok_or_else(|| JailError::Container("supervision ended without an exit status".into()))
 }

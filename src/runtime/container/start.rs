@@ -2,7 +2,7 @@
 //! signals, watch for the exit.
 
 use crate::cri::api;
-use crate::jail::{ShimProcess, ShimSpec};
+use crate::jail::{ContainerStdio, ShimProcess, ShimSpec};
 use crate::runtime::ProcessRuntime;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::monitor::{container_event, watch_container};
@@ -33,11 +33,17 @@ impl ProcessRuntime {
             )));
         }
         let dir = self.shared.layout.container_dir(&record.id);
+        let config = record.config()?;
         let spec = ShimSpec {
             id: record.id.clone(),
             process: ShimProcess::Container {
                 bundle: dir.join("bundle"),
                 libcontainer_root: self.shared.layout.libcontainer_root(),
+                stdio: ContainerStdio {
+                    stdin: config.stdin,
+                    stdin_once: config.stdin_once,
+                    tty: config.tty,
+                },
             },
             log_path: record.log_path.clone(),
         };

@@ -163,11 +163,6 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             "privileged container in a non-privileged pod sandbox",
         ));
     }
-    if config.tty || config.stdin {
-        return Err(RuntimeError::invalid(
-            "tty and stdin containers need the streaming server, which this runtime does not have yet",
-        ));
-    }
     let mut warnings = Vec::new();
     let image = inputs.image;
     let empty: Vec<String> = Vec::new();
@@ -205,7 +200,8 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         oci_user = oci_user.username(name.clone());
     }
     let mut proc_builder = ProcessBuilder::default()
-        .terminal(false)
+        // The shim gives a tty container a terminal through libcontainer's console socket.
+        .terminal(config.tty)
         .user(oci_user.build().map_err(oci_err)?)
         .args(args)
         .env(env)

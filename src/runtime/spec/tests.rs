@@ -278,12 +278,6 @@ fn invalid_configs() {
         Err(RuntimeError::InvalidArgument(_))
     ));
     let mut case = Case::new();
-    case.config.tty = true;
-    assert!(matches!(
-        case.build(),
-        Err(RuntimeError::InvalidArgument(_))
-    ));
-    let mut case = Case::new();
     case.config.linux = security(|sc| sc.run_as_username = "ghost".into());
     assert!(matches!(
         case.build(),
@@ -305,4 +299,24 @@ fn stop_signal_parsing() {
     assert_eq!(stop_signal(Some(&with("9"))).unwrap(), libc::SIGKILL);
     assert!(stop_signal(Some(&with("SIGNOPE"))).is_err());
     assert!(stop_signal(Some(&with("999"))).is_err());
+}
+
+#[test]
+fn a_tty_container_gets_a_terminal_and_stdin_alone_does_not() {
+    let terminal = |tty: bool, stdin: bool| {
+        let mut case = Case::new();
+        case.config.tty = tty;
+        case.config.stdin = stdin;
+        case.build()
+            .unwrap()
+            .spec
+            .process()
+            .as_ref()
+            .unwrap()
+            .terminal()
+    };
+    assert_eq!(terminal(false, false), Some(false));
+    assert_eq!(terminal(false, true), Some(false));
+    assert_eq!(terminal(true, false), Some(true));
+    assert_eq!(terminal(true, true), Some(true));
 }
