@@ -625,3 +625,140 @@ async fn streaming_errors_name_what_is_missing_or_not_running() {
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
     env.cleanup().await;
 }
+
+/// `runp serve`, killed (SIGTERM, then reaped by the test's reaper) when dropped.
+struct Served {
+    pid: i32,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let reaper = reaper();
+        let waited = self.pid;
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    if tokio::time::timeout(HANG_GUARD, reaper.wait(waited))
+                        .await
+                        .is_err()
+                    {
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    }
+                })
+        })
+        .join();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runp_serve_answers_exec_with_a_streaming_url() {
+    if !is_root() {
+        skip(
+            "runp_serve_answers_exec_with_a_streaming_url",
+            "root (real or mapped)",
+        );
+        return;
+    }
+    // Fixtures are built (and the reaper started) before anything is spawned.
+    let _ = reaper();
+    let dir = tempfile::Builder::new()
+        .prefix("rp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let root = dir.path().join("root");
+    // The leak guard reads the runtime's records under <dir>/rt.
+    std::fs::create_dir_all(root.join("runtime")).unwrap();
+    std::os::unix::fs::symlink(root.join("runtime"), dir.path().join("rt")).unwrap();
+    let _guard = LeakGuard::new(dir.path());
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rootfs-fixtures/build");
+    runp::image::ImageStore::open(root.join("images"))
+        .unwrap()
+        .import(&fixtures.join("busybox-oci"))
+        .unwrap();
+    let socket = dir.path().join("cri.sock");
+    let serve_log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
+        .arg("--root")
+        .arg(&root)
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .args(["--network", "loopback", "--streaming-addr", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(serve_log.try_clone().unwrap())
+        .stderr(serve_log)
+        .spawn()
+        .expect("start runp serve");
+    let _served = Served {
+        pid: child.id() as i32,
+    };
+    let endpoint: runp::cri::endpoint::CriEndpoint =
+        format!("unix://{}", socket.display()).parse().unwrap();
+    let cri = runp::cri::client::RemoteRuntime::connect(&endpoint, Default::default())
+        .await
+        .unwrap_or_else(|e| {
+            let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+            panic!("connect to runp serve: {e}\n{log}")
+        });
+    let config = pod_config("served", &dir.path().join("logs"));
+    let pod_id = cri
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .pod_sandbox_id;
+    let id = cri
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(shell("c", "exec sleep 1000")),
+            sandbox_config: Some(config),
+        })
+        .await
+        .unwrap()
+        .container_id;
+    cri.start_container(api::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // gRPC Exec -> a loopback URL -> SPDY.
+    let url = cri
+        .exec(api::ExecRequest {
+            container_id: id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), "cat; hostname".into()],
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        })
+        .await
+        .expect("Exec over gRPC")
+        .url;
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let outcome = spdy_exec(
+        &url,
+        V4,
+        ExecInput {
+            stdin: Some(b"through serve\n".to_vec()),
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(outcome.stdout, b"through serve\nserved-host\n");
+    assert_eq!(exit_code(&outcome), 0);
+    cri.remove_pod_sandbox(api::RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .unwrap();
+}
