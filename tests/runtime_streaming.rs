@@ -682,6 +682,8 @@ async fn runp_serve_answers_exec_with_a_streaming_url() {
         .unwrap();
     let socket = dir.path().join("cri.sock");
     let serve_log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    // Reaped by the test process's reaper (see `Served`), never by `Child::wait`.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
         .arg("--root")
         .arg(&root)
