@@ -21,6 +21,7 @@ use nix::unistd::Pid;
 use oci_spec::runtime::{Process, Spec, User};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::time::Duration;
 use tracing::error;
 
@@ -190,6 +191,7 @@ fn start_on_terminal(
     });
     let _ = std::fs::remove_file(&process_file);
     let (pid, listener) = built?;
+    remove_links_to(&dir, listener.path());
     let sent = listener
         .receive_pty_master(TERMINAL_TIMEOUT)
         .and_then(|master| send_fd(console, &master));
@@ -199,6 +201,20 @@ fn start_on_terminal(
         return Err(err);
     }
     Ok(pid)
+}
+
+/// libcontainer links the console socket into the container's state dir (`tenant-tty-*.sock`)
+/// and leaves the link: remove ours, so tty execs do not pile up dangling links.
+fn remove_links_to(dir: &Path, target: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if std::fs::read_link(&path).is_ok_and(|t| t == target) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 fn parse_env(entries: &[String]) -> Result<HashMap<String, String>, JailError> {
