@@ -371,3 +371,125 @@ fn flush_client(client: &mut Client) {
 
 /// How long clients get for queued output after the container's output was drained.
 pub(super) const FINISH_LIMIT: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jail::attach::connect_attach;
+
+    /// Runs the server's side of the poll loop until `done` (bounded: a hang guard, not a
+    /// timing assertion).
+    fn drive(server: &mut AttachServer, mut done: impl FnMut(&AttachServer) -> bool) {
+        for _ in 0..2000 {
+            if done(server) {
+                return;
+            }
+            let mut fds = Vec::new();
+            let plan = server.poll_fds(&mut fds);
+            let _ = poll(&mut fds, PollTimeout::from(10u8));
+            let revents: Vec<PollFlags> = fds
+                .iter()
+                .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
+                .collect();
+            drop(fds);
+            server.handle(&plan, &revents);
+        }
+        panic!("the attach server did not get there");
+    }
+
+    fn read_frame(conn: &mut UnixStream, buf: &mut Vec<u8>) -> AttachFrame {
+        loop {
+            if let Some((frame, used)) = AttachFrame::decode(buf).unwrap() {
+                buf.drain(..used);
+                return frame;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = conn.read(&mut chunk).unwrap();
+            assert!(n > 0, "the shim hung up");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    #[test]
+    fn output_fans_out_by_stream_and_stdin_once_closes_stdin_after_the_first_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let (stdin_r, stdin_w) = crate::jail::fds::cloexec_pipe().unwrap();
+        let stdio = ContainerStdio {
+            stdin: true,
+            stdin_once: true,
+            tty: false,
+        };
+        let mut server = AttachServer::listen(dir.path(), stdio, Some(stdin_w), None).unwrap();
+        let mut first = connect_attach(dir.path()).unwrap();
+        first
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let hello = AttachHello {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+        };
+        first
+            .write_all(&AttachFrame::Hello(hello).to_bytes())
+            .unwrap();
+        drive(&mut server, |s| {
+            s.clients.len() == 1 && s.clients[0].hello.is_some()
+        });
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_frame(&mut first, &mut buf),
+            AttachFrame::Ready(AttachReady {
+                stdin: true,
+                tty: false
+            })
+        );
+        // Only the streams asked for.
+        server.broadcast(Stream::Stderr, b"not for you");
+        server.broadcast(Stream::Stdout, b"out");
+        assert_eq!(
+            read_frame(&mut first, &mut buf),
+            AttachFrame::Stdout(b"out".to_vec())
+        );
+        // Input reaches the container's stdin; the client's EOF closes it (stdin_once).
+        let mut input = AttachFrame::Stdin(b"typed".to_vec()).to_bytes();
+        AttachFrame::StdinEof.encode(&mut input);
+        first.write_all(&input).unwrap();
+        drive(&mut server, |s| s.stdin.is_none());
+        let mut got = String::new();
+        File::from(stdin_r).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "typed");
+        // A later client gets no stdin, and the first one still gets output.
+        let mut second = connect_attach(dir.path()).unwrap();
+        second
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        second
+            .write_all(&AttachFrame::Hello(hello).to_bytes())
+            .unwrap();
+        drive(&mut server, |s| {
+            s.clients.len() == 2 && s.clients[1].hello.is_some()
+        });
+        let mut buf2 = Vec::new();
+        assert_eq!(
+            read_frame(&mut second, &mut buf2),
+            AttachFrame::Ready(AttachReady {
+                stdin: false,
+                tty: false
+            })
+        );
+        server.broadcast(Stream::Stdout, b"both");
+        for (conn, buf) in [(&mut first, &mut buf), (&mut second, &mut buf2)] {
+            assert_eq!(read_frame(conn, buf), AttachFrame::Stdout(b"both".to_vec()));
+        }
+        // A client that talks before its hello is dropped; finish hangs up on the rest.
+        let mut rude = connect_attach(dir.path()).unwrap();
+        rude.write_all(&AttachFrame::StdinEof.to_bytes()).unwrap();
+        drive(&mut server, |s| s.clients.len() == 3);
+        drive(&mut server, |s| s.clients.len() == 2);
+        server.finish(Instant::now() + Duration::from_secs(5));
+        let mut rest = Vec::new();
+        first.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        assert!(!dir.path().join(ATTACH_SOCKET_FILE).exists());
+    }
+}
