@@ -57,6 +57,8 @@ enum End {
 }
 
 impl ProcessRuntime {
+    /// The container's own `tty` decides how its output comes (as containerd), not the
+    /// request's.
     pub(crate) async fn attach_stream_impl(
         &self,
         container_id: &str,
