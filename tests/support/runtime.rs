@@ -334,9 +334,9 @@ pub fn zombie_children() -> Vec<i32> {
     out
 }
 
-/// After a test (panicked or not): SIGKILL every process the runtime's records say runs (when
-/// its start time still matches) and detach every mount under the test's directory. A passing
-/// test has cleaned up already and this finds nothing.
+/// After a test (panicked or not): SIGKILL every process the runtime's records (under `rt/` or
+/// `runtime/`) say runs (when its start time still matches) and detach every mount under the
+/// test's directory. A passing test has cleaned up already and this finds nothing.
 pub struct LeakGuard(pub PathBuf);
 
 fn start_time(pid: i64) -> Option<u64> {
@@ -347,11 +347,15 @@ fn start_time(pid: i64) -> Option<u64> {
 
 impl Drop for LeakGuard {
     fn drop(&mut self) {
-        let rt = self.0.join("rt");
-        for (kind, file, key) in [
-            ("containers", "container.json", "process"),
-            ("sandboxes", "sandbox.json", "infra"),
-        ] {
+        // `rt/` in the runtime tests, `runtime/` under a `runp --root`.
+        let roots = [self.0.join("rt"), self.0.join("runtime")];
+        for (rt, (kind, file, key)) in roots.iter().flat_map(|rt| {
+            [
+                ("containers", "container.json", "process"),
+                ("sandboxes", "sandbox.json", "infra"),
+            ]
+            .map(|k| (rt, k))
+        }) {
             let Ok(dirs) = std::fs::read_dir(rt.join(kind)) else {
                 continue;
             };
