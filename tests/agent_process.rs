@@ -448,6 +448,7 @@ async fn env_and_env_from_with_expansion_and_field_refs() {
     - {{name: BASE, value: base}}
     - {{name: DERIVED, value: "$(BASE)-derived-$(color)"}}
     - {{name: ESCAPED, value: "$$(BASE)"}}
+    - {{name: FROM_PREFIXED, value: "$(CM_size)-x"}}
     - {{name: UNKNOWN, value: "$(NOPE)"}}
     - {{name: CM_color, value: "overridden"}}
     - name: FROM_KEY
@@ -482,9 +483,10 @@ async fn env_and_env_from_with_expansion_and_field_refs() {
     let uid = env.uid("envs");
     let want = [
         ("BASE", "base"),
-        // envFrom entries come before env, so $(color) is undefined (its name is CM_color):
-        // kept literally, as Kubernetes does.
+        // $(color) names no variable (envFrom's prefix made it CM_color): kept literally, as
+        // Kubernetes does. envFrom variables come first, so env may refer to them.
         ("DERIVED", "base-derived-$(color)"),
+        ("FROM_PREFIXED", "10-x"),
         ("ESCAPED", "$(BASE)"),
         ("UNKNOWN", "$(NOPE)"),
         ("CM_color", "overridden"),
