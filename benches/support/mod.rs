@@ -24,6 +24,21 @@ pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
 }
 
+/// `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench binaries without it,
+/// and then they run a quick smoke version of themselves.
+pub fn smoke() -> bool {
+    !flag("--bench")
+}
+
+/// The process runtime needs root of some kind; without it a smoke run skips.
+pub fn skip_without_root(bench: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    eprintln!("SKIP: {bench}: needs root for the process runtime");
+    true
+}
+
 pub fn fixtures() -> PathBuf {
     arg("--fixtures")
         .map(PathBuf::from)
