@@ -1,159 +1,139 @@
 //! Pod start latency: RunPodSandbox → CreateContainer → StartContainer (returns once the
-//! container runs) for N pods in sequence, through the RuntimeService trait. Run by
-//! scripts/bench-runtime.sh, which compares it with `crun run` of an equivalent bundle.
+//! container runs) for N pods in sequence, through the RuntimeService trait of the in-process
+//! runtime. Run by scripts/bench-runtime.sh, which compares it with `crun run` of an equivalent
+//! bundle.
 //!
-//! Usage: runtime_start [--pods N] [--fixtures DIR]
+//! `--grpc` also starts `runp serve` and times the same calls through its CRI socket (the Rust
+//! gRPC client), interleaved pod by pod with the in-process ones, and prints the ratio of the
+//! medians.
+//!
+//! Usage: runtime_start [--pods N] [--fixtures DIR] [--grpc]
 
-use runp::cri::{RuntimeService, api};
+#[path = "support/mod.rs"]
+mod support;
+
+use runp::cri::RuntimeService;
 use runp::image::ImageStore;
 use runp::runtime::{ProcessRuntime, Reaper, RuntimeOptions};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use support::{arg, fixtures, flag, ms, percentile, remove_all, start_one};
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+/// Sorted pod start times and sorted per-call times.
+#[derive(Default)]
+struct Samples {
+    total: Vec<Duration>,
+    calls: [Vec<Duration>; 3],
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
+impl Samples {
+    fn add(&mut self, total: Duration, calls: [Duration; 3]) {
+        self.total.push(total);
+        for (phase, took) in self.calls.iter_mut().zip(calls) {
+            phase.push(took);
+        }
+    }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+    fn sort(&mut self) {
+        self.total.sort();
+        for phase in self.calls.iter_mut() {
+            phase.sort();
+        }
+    }
 
-fn pod(i: usize, logs: &std::path::Path) -> api::PodSandboxConfig {
-    api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: format!("bench-{i}"),
-            uid: format!("uid-{i}"),
-            namespace: "bench".into(),
-            attempt: 0,
-        }),
-        hostname: format!("bench-{i}"),
-        log_directory: logs.join(i.to_string()).display().to_string(),
-        ..Default::default()
+    fn report(&self, who: &str) {
+        let t = &self.total;
+        println!(
+            "{who}: {} pods, RunPodSandbox+CreateContainer+StartContainer: median {:.1} ms, p90 {:.1} ms, min {:.1} ms, max {:.1} ms",
+            t.len(),
+            ms(percentile(t, 0.5)),
+            ms(percentile(t, 0.9)),
+            ms(t[0]),
+            ms(t[t.len() - 1])
+        );
+        println!(
+            "{who}: medians by call: RunPodSandbox {:.1} ms, CreateContainer {:.1} ms, StartContainer {:.1} ms",
+            ms(percentile(&self.calls[0], 0.5)),
+            ms(percentile(&self.calls[1], 0.5)),
+            ms(percentile(&self.calls[2], 0.5))
+        );
     }
 }
 
-fn container() -> api::ContainerConfig {
-    api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata {
-            name: "sleeper".into(),
-            attempt: 0,
-        }),
-        image: Some(api::ImageSpec {
-            image: "docker.io/library/busybox:latest".into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "1000".into()],
-        log_path: "sleeper.log".into(),
-        ..Default::default()
-    }
-}
-
-/// Times of the three calls.
-async fn start_one(
-    rt: &ProcessRuntime,
-    i: usize,
-    logs: &std::path::Path,
-) -> anyhow::Result<[Duration; 3]> {
-    let config = pod(i, logs);
+async fn timed(rt: &dyn RuntimeService, i: usize, logs: &std::path::Path, into: &mut Samples) {
     let t0 = Instant::now();
-    let pod_id = rt
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await?
-        .pod_sandbox_id;
-    let t1 = Instant::now();
-    let container_id = rt
-        .create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod_id,
-            config: Some(container()),
-            sandbox_config: Some(config),
-        })
-        .await?
-        .container_id;
-    let t2 = Instant::now();
-    rt.start_container(api::StartContainerRequest { container_id })
-        .await?;
-    Ok([t1 - t0, t2 - t1, t2.elapsed()])
+    let calls = start_one(rt, i, logs).await.expect("pod start");
+    into.add(t0.elapsed(), calls);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let pods: usize = arg("--pods").and_then(|v| v.parse().ok()).unwrap_or(50);
-    let fixtures = arg("--fixtures")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rootfs-fixtures/build"));
+    let smoke = support::smoke();
+    if smoke && support::skip_without_root("runtime_start") {
+        return Ok(());
+    }
+    let pods: usize = arg("--pods")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke { 3 } else { 50 });
+    // The smoke run (under `cargo test`) goes through both paths so both keep working.
+    let grpc = flag("--grpc") || smoke;
     let dir = tempfile::Builder::new().prefix("rpb").tempdir_in("/tmp")?;
     let images = ImageStore::open(dir.path().join("images"))?;
-    images.import(&fixtures.join("busybox-oci"))?;
+    images.import(&fixtures().join("busybox-oci"))?;
     let reaper = Reaper::start()?;
     let mut options = RuntimeOptions::new(
         dir.path().join("rt"),
         env!("CARGO_BIN_EXE_runp"),
         images,
-        reaper,
+        reaper.clone(),
     );
     // The peer (`crun run`) gets a bare network namespace: compare like with like.
     options.network.mode = runp::runtime::network::NetworkMode::Loopback;
     let rt = ProcessRuntime::start(options).await?;
+    let remote = match grpc {
+        true => Some(support::start_serve(&reaper, dir.path()).await?),
+        false => None,
+    };
     let logs = dir.path().join("logs");
-    // Warm-up (page cache, first overlay mount) is not measured.
+    // Warm-up (page cache, first overlay mount, first connection) is not measured.
     for i in 0..2 {
-        start_one(&rt, pods + i, &logs).await?;
-    }
-    let mut times = Vec::with_capacity(pods);
-    let mut phases: [Vec<Duration>; 3] = Default::default();
-    for i in 0..pods {
-        let t0 = Instant::now();
-        let parts = start_one(&rt, i, &logs).await?;
-        times.push(t0.elapsed());
-        for (phase, took) in phases.iter_mut().zip(parts) {
-            phase.push(took);
+        start_one(rt.as_ref(), pods + i, &logs).await?;
+        if let Some((_, client)) = &remote {
+            start_one(client, pods + i, &logs.join("grpc")).await?;
         }
     }
-    times.sort();
-    for phase in phases.iter_mut() {
-        phase.sort();
+    let mut local = Samples::default();
+    let mut over_grpc = Samples::default();
+    for i in 0..pods {
+        // Interleaved, so both paths see the same machine load over the run.
+        timed(rt.as_ref(), i, &logs, &mut local).await;
+        if let Some((_, client)) = &remote {
+            timed(client, i, &logs.join("grpc"), &mut over_grpc).await;
+        }
     }
-    let median = percentile(&times, 0.5);
-    println!(
-        "runp: {pods} pods, RunPodSandbox+CreateContainer+StartContainer: median {:.1} ms, p90 {:.1} ms, min {:.1} ms, max {:.1} ms",
-        ms(median),
-        ms(percentile(&times, 0.9)),
-        ms(times[0]),
-        ms(times[times.len() - 1])
-    );
-    println!(
-        "runp: medians by call: RunPodSandbox {:.1} ms, CreateContainer {:.1} ms, StartContainer {:.1} ms",
-        ms(percentile(&phases[0], 0.5)),
-        ms(percentile(&phases[1], 0.5)),
-        ms(percentile(&phases[2], 0.5))
-    );
+    local.sort();
+    local.report("runp");
+    let median = percentile(&local.total, 0.5);
     println!("RUNP_MEDIAN_MS={:.3}", ms(median));
-    let t0 = Instant::now();
-    let all = rt
-        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
-        .await?
-        .items;
-    for p in all {
-        rt.remove_pod_sandbox(api::RemovePodSandboxRequest {
-            pod_sandbox_id: p.id,
-        })
-        .await?;
+    if remote.is_some() {
+        over_grpc.sort();
+        over_grpc.report("runp serve over gRPC");
+        let grpc_median = percentile(&over_grpc.total, 0.5);
+        println!("GRPC_MEDIAN_MS={:.3}", ms(grpc_median));
+        println!(
+            "ratio gRPC (runp serve) / in-process (median pod start): {:.2}x  ({:.1} ms vs {:.1} ms, {pods} pods each)",
+            grpc_median.as_secs_f64() / median.as_secs_f64(),
+            ms(grpc_median),
+            ms(median)
+        );
     }
-    println!(
-        "runp: removed {} pods in {:.0} ms",
-        pods + 2,
-        ms(t0.elapsed())
-    );
+    let t0 = Instant::now();
+    let removed = remove_all(rt.as_ref()).await?;
+    println!("runp: removed {removed} pods in {:.0} ms", ms(t0.elapsed()));
+    if let Some((daemon, client)) = remote {
+        let removed = remove_all(&client).await?;
+        println!("runp serve: removed {removed} pods");
+        drop(client);
+        daemon.stop().await?;
+    }
     Ok(())
 }

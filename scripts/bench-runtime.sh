@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pod start latency of runp (RunPodSandbox -> CreateContainer -> StartContainer, returning once
 # the container runs) for N pods, beside `crun run -d` of an equivalent busybox bundle (same
-# image, `sleep 1000`) in the same run; prints both medians and their ratio.
+# image, `sleep 1000`) in the same run; prints both medians and their ratio. The same calls also
+# go through the CRI gRPC socket of `runp serve` (Rust client), interleaved pod by pod with the
+# in-process ones: the ratio of those medians is the cost of the socket.
 # Usage: scripts/bench-runtime.sh [pods]   (default 50; needs root, crun, umoci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +14,9 @@ scripts/build-fixtures.sh
 FIXTURES="$PWD/rootfs-fixtures/build"
 
 echo "== runp ($PODS pods, release build)" >&2
-cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" | tee /tmp/runp-bench.$$
+cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" --grpc | tee /tmp/runp-bench.$$
 RUNP_MS="$(sed -n 's/^RUNP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
+GRPC_LINE="$(grep '^ratio gRPC' /tmp/runp-bench.$$)"
 rm -f /tmp/runp-bench.$$
 
 echo "== crun ($PODS containers)" >&2
@@ -57,3 +60,4 @@ mapfile -t times < <(unshare --mount --propagation private bash "$WORK/loop.sh")
 CRUN_MS="$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f", m/1e6}')"
 echo "crun: $PODS containers, crun run -d: median $CRUN_MS ms"
 python3 -c "r=$RUNP_MS/$CRUN_MS; print(f'ratio runp/crun (median pod start vs median crun run): {r:.2f}x  (runp {$RUNP_MS:.1f} ms, crun {$CRUN_MS:.1f} ms)')"
+echo "$GRPC_LINE"

@@ -344,9 +344,10 @@ pub fn zombie_children() -> Vec<i32> {
     out
 }
 
-/// After a test (panicked or not): SIGKILL every process the runtime's records say runs (when
-/// its start time still matches), CNI DEL what the records still have attached (while the
-/// namespace files still hold the netns), and detach every mount under the test's directory.
+/// After a test (panicked or not): SIGKILL every process the runtime's records (under `rt/` or
+/// `runtime/`) say runs (when its start time still matches), CNI DEL what the records still have
+/// attached (while the namespace files still hold the netns), and detach every mount under the
+/// test's directory.
 /// A passing test has cleaned up already and this finds nothing. Holds the test's
 /// [`NetLease`], released after all that.
 pub struct LeakGuard {
@@ -371,11 +372,15 @@ fn start_time(pid: i64) -> Option<u64> {
 
 impl Drop for LeakGuard {
     fn drop(&mut self) {
-        let rt = self.dir.join("rt");
-        for (kind, file, key) in [
-            ("containers", "container.json", "process"),
-            ("sandboxes", "sandbox.json", "infra"),
-        ] {
+        // `rt/` in the runtime tests, `runtime/` under a `runp --root`.
+        let roots = [self.dir.join("rt"), self.dir.join("runtime")];
+        for (rt, (kind, file, key)) in roots.iter().flat_map(|rt| {
+            [
+                ("containers", "container.json", "process"),
+                ("sandboxes", "sandbox.json", "infra"),
+            ]
+            .map(|k| (rt, k))
+        }) {
             let Ok(dirs) = std::fs::read_dir(rt.join(kind)) else {
                 continue;
             };
@@ -399,7 +404,9 @@ impl Drop for LeakGuard {
                 }
             }
         }
-        release_leftover_networks(&rt);
+        for rt in &roots {
+            release_leftover_networks(rt);
+        }
         let prefix = self.dir.display().to_string();
         let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap_or_default()

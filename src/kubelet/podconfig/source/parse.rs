@@ -82,6 +82,7 @@ pub fn parse_manifest(
         let value = serde_yaml_ng::Value::deserialize(document).map_err(|e| vec![e.to_string()])?;
         values.push(value);
     }
+    let rewritten: Vec<bool> = values.iter_mut().map(octal_modes).collect();
     // An empty file is most likely one being rewritten in place: refusing it keeps the last
     // valid version running instead of removing its pods for a moment.
     if values.iter().all(serde_yaml_ng::Value::is_null) {
@@ -106,6 +107,11 @@ pub fn parse_manifest(
             }
         };
         let added = match kind {
+            // A document whose modes were rewritten is read from its value (errors then
+            // carry no line numbers); the others straight from the text.
+            Kind::Pod if rewritten[index] => {
+                serde_yaml_ng::from_value(value.clone()).map(|p| out.pods.push(p))
+            }
             Kind::Pod => Pod::deserialize(document).map(|p| out.pods.push(p)),
             Kind::ConfigMap => ConfigMap::deserialize(document).map(|c| out.config_maps.push(c)),
             Kind::Secret => Secret::deserialize(document).map(|s| out.secrets.push(s)),
@@ -125,6 +131,46 @@ pub fn parse_manifest(
         Ok(out)
     } else {
         Err(errors)
+    }
+}
+
+/// Kubernetes reads manifests as YAML 1.1, where a plain `0644` is an octal number; YAML 1.2
+/// (serde_yaml_ng) reads it as the string "0644". File modes (`mode`, `defaultMode`) are where
+/// manifests write octal, so those strings become their octal value. True when one changed.
+fn octal_modes(value: &mut serde_yaml_ng::Value) -> bool {
+    use serde_yaml_ng::Value;
+    match value {
+        Value::Mapping(map) => {
+            let mut changed = false;
+            for (key, item) in map.iter_mut() {
+                let is_mode = matches!(key.as_str(), Some("mode" | "defaultMode"));
+                match item {
+                    Value::String(text) if is_mode => {
+                        let octal = text.len() > 1
+                            && text.starts_with('0')
+                            && text.bytes().all(|b| (b'0'..=b'7').contains(&b));
+                        if let Some(mode) =
+                            octal.then(|| i64::from_str_radix(text, 8).ok()).flatten()
+                        {
+                            *item = Value::Number(mode.into());
+                            changed = true;
+                        }
+                    }
+                    _ => changed |= octal_modes(item),
+                }
+            }
+            changed
+        }
+        Value::Sequence(items) => {
+            // Every item is visited: no short-circuit.
+            let mut changed = false;
+            for item in items {
+                changed |= octal_modes(item);
+            }
+            changed
+        }
+        Value::Tagged(tagged) => octal_modes(&mut tagged.value),
+        _ => false,
     }
 }
 
@@ -378,6 +424,47 @@ mod tests {
             content.warnings,
             vec!["document 1: unknown field \"spec.containers[0].imagee\" ignored".to_string()]
         );
+    }
+
+    #[test]
+    fn octal_file_modes_as_kubernetes_reads_them() {
+        let volumes = "  volumes:\n  - name: v\n    configMap:\n      name: c\n      defaultMode: MODE\n      items: [{key: k, path: p, mode: ITEM}]\n";
+        // (defaultMode, item mode) as written → as read.
+        let cases = [
+            ("0644", "0400", Some((0o644, 0o400))),
+            ("420", "256", Some((420, 256))),
+            ("0755", "0", Some((0o755, 0))),
+            // YAML 1.2's own octal form also reads (Kubernetes would refuse it).
+            ("0o644", "0400", Some((0o644, 0o400))),
+            ("0800", "0400", None),
+        ];
+        for (default_mode, item_mode, want) in cases {
+            let text = format!(
+                "{POD}{}",
+                volumes
+                    .replace("MODE", default_mode)
+                    .replace("ITEM", item_mode)
+            );
+            let got = parse(&text).ok().map(|c| {
+                let spec = c.pods[0].spec.clone().unwrap();
+                let cm = spec.volumes.unwrap()[0].config_map.clone().unwrap();
+                (cm.default_mode.unwrap(), cm.items.unwrap()[0].mode.unwrap())
+            });
+            assert_eq!(got, want, "defaultMode {default_mode}, mode {item_mode}");
+        }
+        // Other strings of digits stay strings.
+        let text = POD.replace(
+            "image: busybox",
+            "image: busybox\n    env: [{name: mode, value: \"0644\"}]",
+        );
+        let env = parse(&text).unwrap().pods[0]
+            .spec
+            .clone()
+            .unwrap()
+            .containers[0]
+            .env
+            .clone();
+        assert_eq!(env.unwrap()[0].value.as_deref(), Some("0644"));
     }
 
     #[test]
