@@ -481,6 +481,12 @@ async fn env_and_env_from_with_expansion_and_field_refs() {
     let printed = env.output("envs", "app", &["env"]).await;
     let vars: BTreeMap<&str, &str> = printed.lines().filter_map(|l| l.split_once('=')).collect();
     let uid = env.uid("envs");
+    // The pod's own address: a CNI address under real root, the node's loopback otherwise.
+    let pod_ip = env.pod("envs").unwrap().status.unwrap().pod_ip.unwrap();
+    assert!(
+        pod_ip.parse::<std::net::IpAddr>().is_ok(),
+        "podIP {pod_ip:?}"
+    );
     let want = [
         ("BASE", "base"),
         // $(color) names no variable (envFrom's prefix made it CM_color): kept literally, as
@@ -500,7 +506,7 @@ async fn env_and_env_from_with_expansion_and_field_refs() {
         ("POD_NAMESPACE", "default"),
         ("POD_UID", uid.as_str()),
         ("NODE", "runp-node"),
-        ("POD_IP", "127.0.0.1"),
+        ("POD_IP", pod_ip.as_str()),
         ("HOST_IP", "127.0.0.1"),
         ("TIER", "test"),
         ("CPU_MILLIS", "500"),
