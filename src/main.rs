@@ -33,7 +33,7 @@ enum Command {
     /// Print a container's logs.
     Logs(cli::pods::LogsArgs),
     /// Run a command in a running container (non-interactive, CRI ExecSync).
-    Exec(cli::pods::ExecArgs),
+    Exec(cli::exec::ExecArgs),
     /// Internal entry points used when runp re-executes itself.
     #[command(flatten)]
     Internal(cli::internal::InternalCommand),
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
             Command::Pods(args) => cli::pods::pods(&cli.global, args),
             Command::Ps => cli::pods::ps(&cli.global),
             Command::Logs(args) => cli::pods::logs(&cli.global, args).await,
-            Command::Exec(args) => cli::pods::exec(&cli.global, args).await,
+            Command::Exec(args) => cli::exec::exec(&cli.global, args).await,
             Command::Internal(_) => unreachable!("dispatched above"),
         }
     });

@@ -95,6 +95,51 @@ fn runp(root: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `runp ARGS` with `input` on its stdin.
+fn runp_with_stdin(root: &Path, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runp"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `runp ARGS` on a fresh terminal of `rows` x `cols`: what it printed there, and its exit code.
+fn runp_on_terminal(root: &Path, args: &[&str], rows: u16, cols: u16) -> (String, Option<i32>) {
+    use std::io::Read;
+    let size = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let terminal = || Stdio::from(pty.slave.try_clone().unwrap());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runp"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .stdin(terminal())
+        .stdout(terminal())
+        .stderr(terminal())
+        .spawn()
+        .unwrap();
+    drop(pty.slave);
+    let code = child.wait().unwrap().code();
+    // Everything written is in the master's buffer; EIO once it is drained (no slave left).
+    let mut master = std::fs::File::from(pty.master);
+    let mut printed = Vec::new();
+    let _ = master.read_to_end(&mut printed);
+    (String::from_utf8_lossy(&printed).into_owned(), code)
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -329,6 +374,50 @@ async fn agent_over_runp_serve_end_to_end() {
     );
     assert_eq!(stdout(&exec), "version 1\n");
     assert_eq!(exec.status.code(), Some(3));
+
+    // An interactive exec (-i) over the streaming URL: stdin goes in, its end closes the
+    // command's stdin, stdout and stderr stay apart, the exit code is passed on.
+    let exec = runp_with_stdin(
+        &agent_root,
+        &[
+            "exec",
+            "-i",
+            "app",
+            "--runtime-endpoint",
+            &endpoint,
+            "--",
+            "sh",
+            "-c",
+            "cat; echo to-stderr >&2; exit 4",
+        ],
+        b"piped input\n",
+    );
+    let stderr = String::from_utf8_lossy(&exec.stderr);
+    assert_eq!(stdout(&exec), "piped input\n", "{stderr}");
+    assert!(stderr.contains("to-stderr"), "{stderr}");
+    assert_eq!(exec.status.code(), Some(4), "{stderr}");
+
+    // With -t the command runs on the container's terminal, sized as the caller's.
+    let (printed, code) = runp_on_terminal(
+        &agent_root,
+        &[
+            "exec",
+            "-t",
+            "app",
+            "--runtime-endpoint",
+            &endpoint,
+            "--",
+            "sh",
+            "-c",
+            // The first resize comes just after the start, as kubectl's does.
+            "tty; for i in $(seq 50); do [ \"$(stty size)\" = \"33 111\" ] && break; sleep 0.1; done; stty size; exit 5",
+        ],
+        33,
+        111,
+    );
+    assert!(printed.contains("/dev/pts/"), "{printed:?}");
+    assert!(printed.contains("33 111"), "{printed:?}");
+    assert_eq!(code, Some(5), "{printed:?}");
 
     // A changed spec replaces the container in the same sandbox.
     std::fs::write(manifests.join("app.yaml"), app_pod("app", 2)).unwrap();

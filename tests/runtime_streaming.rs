@@ -51,6 +51,17 @@ async fn attach_url(cri: &WithStreaming, id: &str, stdin: bool, tty: bool) -> St
 }
 
 /// The exit code in a v4 status (0 for Success).
+/// Execs `cmd` without stdin or a terminal over SPDY v4, collecting stdout and stderr.
+async fn exec_output(cri: &WithStreaming, id: &str, cmd: &[&str]) -> streaming::ExecOutcome {
+    let url = exec_url(cri, id, cmd, false, false).await;
+    let output = ExecInput {
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    };
+    spdy_exec(&url, V4, output).await
+}
+
 fn exit_code(outcome: &streaming::ExecOutcome) -> i64 {
     let status = outcome.status();
     match status["status"].as_str() {
@@ -145,62 +156,18 @@ async fn exec_streams_stdin_and_output_and_reports_exit_codes() {
     assert_eq!(exit_code(&outcome), 0, "{:?}", outcome.status());
 
     // Separate stdout and stderr, and the exit code.
-    let url = exec_url(
-        &cri,
-        &id,
-        &["sh", "-c", "echo out; echo err >&2; exit 3"],
-        false,
-        false,
-    )
-    .await;
-    let outcome = spdy_exec(
-        &url,
-        V4,
-        ExecInput {
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    let outcome = exec_output(&cri, &id, &["sh", "-c", "echo out; echo err >&2; exit 3"]).await;
     assert_eq!(outcome.stdout, b"out\n");
     assert_eq!(outcome.stderr, b"err\n");
     assert_eq!(exit_code(&outcome), 3);
 
     // A signal death is 128+signal; the command runs in the container (its hostname).
-    let url = exec_url(
-        &cri,
-        &id,
-        &["sh", "-c", "hostname; kill -9 $$"],
-        false,
-        false,
-    )
-    .await;
-    let outcome = spdy_exec(
-        &url,
-        V4,
-        ExecInput {
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    let outcome = exec_output(&cri, &id, &["sh", "-c", "hostname; kill -9 $$"]).await;
     assert_eq!(outcome.stdout, b"sexec-host\n");
     assert_eq!(exit_code(&outcome), 137);
 
     // A command that does not exist fails the exec (the status says why).
-    let url = exec_url(&cri, &id, &["/no/such/binary"], false, false).await;
-    let outcome = spdy_exec(
-        &url,
-        V4,
-        ExecInput {
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    let outcome = exec_output(&cri, &id, &["/no/such/binary"]).await;
     assert_ne!(outcome.status()["status"], "Success");
     env.cleanup().await;
     assert!(zombie_children().is_empty(), "{:?}", zombie_children());

@@ -1,13 +1,10 @@
-//! `runp pods`, `runp ps`, `runp logs`, `runp exec`: what the agent runs, read from the status
-//! files it writes and the CRI log files, plus ExecSync through the CRI endpoint.
+//! `runp pods`, `runp ps`, `runp logs`: what the agent runs, read from the status files it
+//! writes and the CRI log files.
 
 use super::GlobalOpts;
 use anyhow::{Context, bail};
 use clap::Args;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use runp::cri::client::{RemoteOptions, RemoteRuntime};
-use runp::cri::endpoint::CriEndpoint;
-use runp::cri::{RuntimeService, api};
 use runp::kubelet::config::AgentConfig;
 use runp::kubelet::crilog;
 use runp::kubelet::podconfig::convert::pod_log_directory;
@@ -47,25 +44,7 @@ pub struct LogsArgs {
     pub previous: bool,
 }
 
-#[derive(Args, Debug)]
-pub struct ExecArgs {
-    pub pod: String,
-    #[arg(short, long)]
-    pub container: Option<String>,
-    #[arg(short, long)]
-    pub namespace: Option<String>,
-    /// CRI endpoint of the container runtime (default: the agent's, unix://<root>/runp.sock).
-    #[arg(long, env = "RUNP_RUNTIME_ENDPOINT")]
-    pub runtime_endpoint: Option<String>,
-    /// Seconds the command may run (0: no limit).
-    #[arg(long, default_value_t = 0)]
-    pub timeout: i64,
-    /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true)]
-    pub command: Vec<String>,
-}
-
-fn config(global: &GlobalOpts) -> AgentConfig {
+pub(super) fn config(global: &GlobalOpts) -> AgentConfig {
     AgentConfig::with_root(&global.root)
 }
 
@@ -91,7 +70,11 @@ fn load_pods(config: &AgentConfig) -> anyhow::Result<Vec<Pod>> {
     Ok(pods)
 }
 
-fn find_pod(config: &AgentConfig, namespace: Option<&str>, name: &str) -> anyhow::Result<Pod> {
+pub(super) fn find_pod(
+    config: &AgentConfig,
+    namespace: Option<&str>,
+    name: &str,
+) -> anyhow::Result<Pod> {
     let matches: Vec<Pod> = load_pods(config)?
         .into_iter()
         .filter(|p| p.metadata.name.as_deref() == Some(name))
@@ -332,7 +315,7 @@ pub fn ps(global: &GlobalOpts) -> anyhow::Result<ExitCode> {
 }
 
 /// The container of `pod` the user means.
-fn pick_container(pod: &Pod, wanted: Option<&str>) -> anyhow::Result<ContainerStatus> {
+pub(super) fn pick_container(pod: &Pod, wanted: Option<&str>) -> anyhow::Result<ContainerStatus> {
     let (inits, containers) = statuses(pod);
     let all: Vec<ContainerStatus> = containers.into_iter().chain(inits).collect();
     match wanted {
@@ -443,45 +426,6 @@ pub async fn logs(global: &GlobalOpts, args: LogsArgs) -> anyhow::Result<ExitCod
             _ => {}
         }
     }
-}
-
-pub async fn exec(global: &GlobalOpts, args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let config = config(global);
-    let pod = find_pod(&config, args.namespace.as_deref(), &args.pod)?;
-    let container = pick_container(&pod, args.container.as_deref())?;
-    let running = container
-        .state
-        .as_ref()
-        .is_some_and(|s| s.running.is_some());
-    let id = container
-        .container_id
-        .as_deref()
-        .map(|id| id.trim_start_matches(CONTAINER_ID_SCHEME).to_string())
-        .filter(|_| running)
-        .with_context(|| format!("container {:?} is not running", container.name))?;
-    let endpoint = args
-        .runtime_endpoint
-        .clone()
-        .unwrap_or_else(|| super::local::default_endpoint(global));
-    let endpoint: CriEndpoint = endpoint
-        .parse()
-        .with_context(|| format!("--runtime-endpoint {endpoint:?}"))?;
-    let remote = RemoteRuntime::connect(&endpoint, RemoteOptions::default())
-        .await
-        .context("connecting to the container runtime")?;
-    let response = remote
-        .exec_sync(api::ExecSyncRequest {
-            container_id: id,
-            cmd: args.command,
-            timeout: args.timeout,
-        })
-        .await
-        .map_err(|s| anyhow::anyhow!("exec: {}", s.message()))?;
-    std::io::stdout().write_all(&response.stdout)?;
-    std::io::stderr().write_all(&response.stderr)?;
-    Ok(ExitCode::from(
-        u8::try_from(response.exit_code).unwrap_or(1),
-    ))
 }
 
 #[cfg(test)]

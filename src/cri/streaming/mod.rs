@@ -8,6 +8,7 @@
 //! let cri: Arc<dyn RuntimeService> = Arc::new(WithStreaming::new(runtime, server));
 //! ```
 
+pub mod client;
 mod http;
 mod idle;
 mod portforward;
