@@ -2,7 +2,8 @@
 # Builds the test images into rootfs-fixtures/build/ (see rootfs-fixtures/README.md for the
 # catalogue). Idempotent and quick when up to date: a stamp records the inputs (this script and
 # the busybox binary); outputs are replaced only when a full build succeeded.
-# Needs busybox-static, umoci and skopeo; installs them with apt-get when missing and root.
+# Needs busybox-static, umoci and skopeo (and, to build runp, libseccomp-dev and pkg-config);
+# installs them with apt-get when missing and root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="$PWD/rootfs-fixtures/build"
@@ -18,6 +19,9 @@ need_tools() {
   command -v umoci >/dev/null || missing+=(umoci)
   command -v skopeo >/dev/null || missing+=(skopeo)
   { [ -x "$BUSYBOX" ] && "$BUSYBOX" --list-full >/dev/null 2>&1; } || missing+=(busybox-static)
+  # Not for the fixtures: libcontainer's seccomp support links libseccomp (found by pkg-config).
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  pkg-config --exists libseccomp 2>/dev/null || missing+=(libseccomp-dev)
   echo "${missing[@]:-}"
 }
 

@@ -18,7 +18,7 @@ use libcontainer::syscall::syscall::SyscallType;
 use nix::errno::Errno;
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
-use oci_spec::runtime::{Process, Spec, User};
+use oci_spec::runtime::{LinuxSeccomp, Process, Spec, User};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -109,8 +109,10 @@ fn start(spec: &ExecSpec, stdio: Stdio) -> Result<(Pid, OwnedFd), JailError> {
             .map_err(|err| JailError::io("cannot open /dev/null", err))?
             .into(),
     };
+    let container = container_user(spec)?;
     let executor = JailExecutor {
         helper_liveness: Some((live_r.as_raw_fd(), live_w.as_raw_fd())),
+        seccomp: container.seccomp.clone(),
         ..JailExecutor::default()
     };
     let builder = ContainerBuilder::new(spec.container_id.clone(), SyscallType::default())
@@ -123,7 +125,7 @@ fn start(spec: &ExecSpec, stdio: Stdio) -> Result<(Pid, OwnedFd), JailError> {
         .map_err(|err| JailError::Container(format!("cannot exec: {}", error_chain(&err))))?;
     let pid = match &stdio.console {
         None => {
-            let user = container_user(spec)?.user;
+            let user = container.user;
             builder
                 .as_tenant()
                 .with_container_args(spec.args.clone())
@@ -138,7 +140,7 @@ fn start(spec: &ExecSpec, stdio: Stdio) -> Result<(Pid, OwnedFd), JailError> {
                     JailError::Container(format!("cannot exec: {}", error_chain(&err)))
                 })?
         }
-        Some(console) => start_on_terminal(spec, builder, env, console)?,
+        Some(console) => start_on_terminal(spec, container.process, builder, env, console)?,
     };
     drop(live_r);
     Ok((pid, live_w))
@@ -150,13 +152,12 @@ fn start(spec: &ExecSpec, stdio: Stdio) -> Result<(Pid, OwnedFd), JailError> {
 /// runtime on `console`.
 fn start_on_terminal(
     spec: &ExecSpec,
+    mut process: Process,
     builder: ContainerBuilder,
     env: HashMap<String, String>,
     console: &OwnedFd,
 ) -> Result<Pid, JailError> {
     const TERMINAL_TIMEOUT: Duration = Duration::from_secs(30);
-    let container = container_user(spec)?;
-    let mut process = container.process;
     let mut merged: Vec<String> = process
         .env()
         .clone()
@@ -234,6 +235,9 @@ fn parse_env(entries: &[String]) -> Result<HashMap<String, String>, JailError> {
 struct ContainerProcess {
     user: User,
     process: Process,
+    /// The container's filter: libcontainer's tenant drops `linux.seccomp`, so the executor
+    /// loads it for the exec'd process (as runc exec does).
+    seccomp: Option<LinuxSeccomp>,
 }
 
 fn container_user(spec: &ExecSpec) -> Result<ContainerProcess, JailError> {
@@ -252,6 +256,7 @@ fn container_user(spec: &ExecSpec) -> Result<ContainerProcess, JailError> {
     Ok(ContainerProcess {
         user: process.user().clone(),
         process,
+        seccomp: oci.linux().as_ref().and_then(|l| l.seccomp().clone()),
     })
 }
 

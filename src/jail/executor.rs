@@ -6,7 +6,7 @@ use super::error::error_chain;
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
-use oci_spec::runtime::Spec;
+use oci_spec::runtime::{LinuxSeccomp, Spec};
 use std::os::fd::RawFd;
 
 #[derive(Clone, Default)]
@@ -17,6 +17,9 @@ pub(crate) struct JailExecutor {
     /// Container inits only: a close-on-exec pipe the shim reads; exec closes it, a failed exec
     /// writes its error there.
     pub exec_notify: Option<RawFd>,
+    /// Exec processes only: the container's seccomp filter, loaded here because libcontainer's
+    /// tenant does not (container inits get theirs from libcontainer).
+    pub seccomp: Option<LinuxSeccomp>,
 }
 
 impl Executor for JailExecutor {
@@ -26,6 +29,9 @@ impl Executor for JailExecutor {
         reset_signals();
         if let Some((read_end, write_end)) = self.helper_liveness {
             tie_to_helper(read_end, write_end)?;
+        }
+        if let Some(profile) = &self.seccomp {
+            load_seccomp(profile)?;
         }
         let result = DefaultExecutor {}.exec(spec);
         if let (Err(err), Some(fd)) = (&result, self.exec_notify) {
@@ -39,6 +45,26 @@ impl Executor for JailExecutor {
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         DefaultExecutor {}.validate(spec)
     }
+}
+
+/// Loads `profile` for this process. Capabilities are already dropped here, so a process
+/// without CAP_SYS_ADMIN needs no_new_privs first (the kernel's condition for an unprivileged
+/// filter): an exec'd process of a filtered container then cannot gain privileges through
+/// setuid binaries, where runc would load the filter before dropping capabilities instead.
+fn load_seccomp(profile: &LinuxSeccomp) -> Result<(), ExecutorError> {
+    let loaded = libcontainer::seccomp::initialize_seccomp(profile);
+    let retried = match loaded {
+        Err(_) if !nix::sys::prctl::get_no_new_privs().unwrap_or(true) => {
+            nix::sys::prctl::set_no_new_privs().map_err(|e| {
+                ExecutorError::Other(format!("cannot set no_new_privs for seccomp: {e}"))
+            })?;
+            libcontainer::seccomp::initialize_seccomp(profile)
+        }
+        other => other,
+    };
+    retried.map(drop).map_err(|e| {
+        ExecutorError::Other(format!("cannot load the container's seccomp filter: {e}"))
+    })
 }
 
 fn reset_signals() {

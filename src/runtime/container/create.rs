@@ -206,6 +206,18 @@ impl ProcessRuntime {
             pid_to_join,
         };
         let cgroups_path = sandbox.cgroup_parent.as_ref().map(|p| p.join(id));
+        let security = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref());
+        let localhost_seccomp = match spec::seccomp::seccomp_choice(security)? {
+            spec::seccomp::SeccompChoice::Localhost(path) => {
+                Some(std::fs::read_to_string(&path).map_err(|e| {
+                    RuntimeError::invalid(format!("seccomp profile {}: {e}", path.display()))
+                })?)
+            }
+            _ => None,
+        };
         let built = spec::build_spec(&SpecInputs {
             config: &config,
             sandbox: &sandbox_config,
@@ -219,6 +231,7 @@ impl ProcessRuntime {
             rootless: self.rootless,
             max_nofile: self.max_nofile,
             ids: &self.ids,
+            localhost_seccomp: localhost_seccomp.as_deref(),
         })?;
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;

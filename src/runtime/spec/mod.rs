@@ -4,6 +4,7 @@
 
 pub mod mounts;
 pub mod process;
+pub mod seccomp;
 pub mod security;
 
 use crate::cri::api;
@@ -47,6 +48,9 @@ pub struct SpecInputs<'a> {
     /// Upper bound for RLIMIT_NOFILE (the runtime's own hard limit).
     pub max_nofile: u64,
     pub ids: &'a IdMapping,
+    /// The JSON of the container's localhost seccomp profile, read by the caller
+    /// ([`seccomp::seccomp_choice`] names the file).
+    pub localhost_seccomp: Option<&'a str>,
 }
 
 /// The bundle's config.json plus what the runtime keeps beside it.
@@ -210,8 +214,12 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             privileged,
             security.and_then(|s| s.capabilities.as_ref()),
         )?)
-        .rlimits(security::default_rlimits(inputs.max_nofile))
-        .no_new_privileges(!privileged && security.is_some_and(|s| s.no_new_privs));
+        .rlimits(security::default_rlimits(inputs.max_nofile));
+    // Unset rather than false: libcontainer loads a seccomp filter before dropping capabilities
+    // only when the field is absent (with `false` it would load it after, and be refused).
+    if !privileged && security.is_some_and(|s| s.no_new_privs) {
+        proc_builder = proc_builder.no_new_privileges(true);
+    }
     if let Some(res) = &linux_cfg.resources
         && res.oom_score_adj != 0
     {
@@ -232,6 +240,18 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         }
     }
     let proc = proc_builder.build().map_err(oci_err)?;
+    let seccomp = match seccomp::seccomp_choice(security)? {
+        seccomp::SeccompChoice::Unconfined => None,
+        seccomp::SeccompChoice::RuntimeDefault => {
+            Some(seccomp::runtime_default(proc.capabilities().as_ref())?)
+        }
+        seccomp::SeccompChoice::Localhost(path) => {
+            let json = inputs.localhost_seccomp.ok_or_else(|| {
+                RuntimeError::Internal(format!("seccomp profile {} was not read", path.display()))
+            })?;
+            Some(seccomp::parse_profile(&path, json)?)
+        }
+    };
 
     let readonly_rootfs = security.is_some_and(|s| s.readonly_rootfs);
     let mounts = mounts::all_mounts(
@@ -276,6 +296,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         .set_resources(None)
         .set_devices(None)
         .set_cgroups_path(None)
+        .set_seccomp(seccomp)
         .set_rootfs_propagation(mounts::rootfs_propagation(&config.mounts).map(str::to_string));
     let sysctls = inputs
         .sandbox

@@ -43,6 +43,7 @@ struct Case {
     sandbox: api::PodSandboxConfig,
     cgroups: Option<PathBuf>,
     rootless: bool,
+    localhost_seccomp: Option<&'static str>,
 }
 
 impl Case {
@@ -52,6 +53,7 @@ impl Case {
             sandbox: api::PodSandboxConfig::default(),
             cgroups: None,
             rootless: false,
+            localhost_seccomp: None,
         }
     }
     fn build(&self) -> Result<ContainerSpec> {
@@ -72,6 +74,7 @@ impl Case {
             rootless: self.rootless,
             max_nofile: u64::MAX,
             ids: &IdMapping::host(),
+            localhost_seccomp: self.localhost_seccomp,
         })
     }
 }
@@ -97,7 +100,7 @@ fn image_defaults_fill_the_process() {
     let env = p.env().as_ref().unwrap();
     assert_eq!(env[0], "HOSTNAME=mypod");
     assert!(env.contains(&"A=image".to_string()));
-    assert_eq!(p.no_new_privileges(), Some(false));
+    assert_eq!(p.no_new_privileges(), None);
     assert!(
         out.spec.hostname().is_none(),
         "must not reset the pod's hostname"
@@ -319,4 +322,50 @@ fn a_tty_container_gets_a_terminal_and_stdin_alone_does_not() {
     assert_eq!(terminal(false, true), Some(false));
     assert_eq!(terminal(true, false), Some(true));
     assert_eq!(terminal(true, true), Some(true));
+}
+
+#[test]
+fn seccomp_profiles_reach_the_spec() {
+    use oci_spec::runtime::LinuxSeccompAction;
+    let seccomp = |case: &Case| {
+        case.build()
+            .map(|b| b.spec.linux().clone().unwrap().seccomp().clone())
+    };
+    assert_eq!(seccomp(&Case::new()).unwrap(), None, "unset is unconfined");
+
+    let mut case = Case::new();
+    case.config.linux = security(|s| {
+        s.seccomp = Some(api::SecurityProfile {
+            profile_type: api::security_profile::ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        })
+    });
+    let default = seccomp(&case).unwrap().expect("RuntimeDefault filters");
+    assert_eq!(default.default_action(), LinuxSeccompAction::ScmpActAllow);
+    // The default capability set has no SYS_ADMIN: sethostname is refused.
+    let names = default.syscalls().as_ref().unwrap()[0].names();
+    assert!(names.contains(&"sethostname".to_string()), "{names:?}");
+
+    let mut case = Case::new();
+    case.config.linux = security(|s| {
+        s.seccomp = Some(api::SecurityProfile {
+            profile_type: api::security_profile::ProfileType::Localhost as i32,
+            localhost_ref: "/profiles/deny-chmod.json".into(),
+        })
+    });
+    assert!(
+        seccomp(&case).is_err(),
+        "a localhost profile must be read by the caller"
+    );
+    case.localhost_seccomp = Some(
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["chmod"],"action":"SCMP_ACT_ERRNO"}]}"#,
+    );
+    let local = seccomp(&case).unwrap().expect("localhost filters");
+    assert_eq!(
+        local.syscalls().as_ref().unwrap()[0].names(),
+        &["chmod".to_string()]
+    );
+    case.localhost_seccomp = Some("{");
+    let err = seccomp(&case).unwrap_err();
+    assert!(err.to_string().contains("deny-chmod.json"), "{err}");
 }
