@@ -215,11 +215,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             security.and_then(|s| s.capabilities.as_ref()),
         )?)
         .rlimits(security::default_rlimits(inputs.max_nofile));
-    // Unset rather than false: libcontainer loads a seccomp filter before dropping capabilities
-    // only when the field is absent (with `false` it would load it after, and be refused).
-    if !privileged && security.is_some_and(|s| s.no_new_privs) {
-        proc_builder = proc_builder.no_new_privileges(true);
-    }
+
     if let Some(res) = &linux_cfg.resources
         && res.oom_score_adj != 0
     {
@@ -239,7 +235,12 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             proc_builder = proc_builder.oom_score_adj(adj);
         }
     }
-    let proc = proc_builder.build().map_err(oci_err)?;
+    let mut proc = proc_builder.build().map_err(oci_err)?;
+    // Unset rather than false (the builder's default is true): libcontainer loads a seccomp
+    // filter before dropping capabilities only when the field is absent; with `false` it loads
+    // it after, and the kernel refuses it.
+    let no_new_privs = !privileged && security.is_some_and(|s| s.no_new_privs);
+    proc.set_no_new_privileges(no_new_privs.then_some(true));
     let seccomp = match seccomp::seccomp_choice(security)? {
         seccomp::SeccompChoice::Unconfined => None,
         seccomp::SeccompChoice::RuntimeDefault => {
