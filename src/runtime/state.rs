@@ -235,6 +235,13 @@ impl<R: Clone + Serialize> Entry<R> {
         lock(&self.record).clone()
     }
 
+    /// `f` on the record under its lock: for reads that need a part, not a copy (a sandbox
+    /// record carries its CNI result; listing 200 pods by copying them all was the agent's
+    /// main idle cost).
+    pub fn with<T>(&self, f: impl FnOnce(&R) -> T) -> T {
+        f(&lock(&self.record))
+    }
+
     /// Applies `f` and persists the result atomically; on a write failure the in-memory record
     /// is left unchanged.
     pub fn update<T>(&self, f: impl FnOnce(&mut R) -> T) -> Result<T> {
@@ -351,8 +358,8 @@ impl Index {
     pub fn sandbox_records(&self, id_prefix: &str) -> Vec<SandboxRecord> {
         self.sandboxes()
             .iter()
+            .filter(|e| e.with(|r| r.id.starts_with(id_prefix)))
             .map(|e| e.snapshot())
-            .filter(|r| r.id.starts_with(id_prefix))
             .collect()
     }
 
@@ -360,15 +367,17 @@ impl Index {
     pub fn container_records(&self, id_prefix: &str, sandbox_prefix: &str) -> Vec<ContainerRecord> {
         self.containers()
             .iter()
+            .filter(|e| {
+                e.with(|r| r.id.starts_with(id_prefix) && r.sandbox_id.starts_with(sandbox_prefix))
+            })
             .map(|e| e.snapshot())
-            .filter(|r| r.id.starts_with(id_prefix) && r.sandbox_id.starts_with(sandbox_prefix))
             .collect()
     }
 
     pub fn containers_of(&self, sandbox_id: &str) -> Vec<Arc<ContainerEntry>> {
         self.containers()
             .into_iter()
-            .filter(|c| c.snapshot().sandbox_id == sandbox_id)
+            .filter(|c| c.with(|r| r.sandbox_id == sandbox_id))
             .collect()
     }
 }

@@ -14,15 +14,19 @@ impl ProcessRuntime {
         let mut out: Vec<api::Container> = self
             .shared
             .index
-            .container_records(&filter.id, &filter.pod_sandbox_id)
-            .into_iter()
-            .filter(|r| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|s| s.state == r.state.to_cri() as i32)
+            .containers()
+            .iter()
+            .filter_map(|entry| {
+                entry.with(|r| {
+                    let wanted = r.id.starts_with(&filter.id)
+                        && r.sandbox_id.starts_with(&filter.pod_sandbox_id)
+                        && filter
+                            .state
+                            .as_ref()
+                            .is_none_or(|s| s.state == r.state.to_cri() as i32);
+                    wanted.then(|| container_status(r).into_container(&r.sandbox_id))
+                })
             })
-            .map(|r| container_status(&r).into_container(&r.sandbox_id))
             .filter(|c| labels_match(&filter.label_selector, &c.labels))
             .collect();
         out.sort_by_key(|c| c.created_at);

@@ -3,6 +3,7 @@
 use super::status::cri_state;
 use crate::cri::api;
 use crate::runtime::ProcessRuntime;
+use crate::runtime::state::SandboxRecord;
 use std::collections::HashMap;
 
 /// Every selector key/value must be present in the labels.
@@ -11,6 +12,24 @@ pub(crate) fn labels_match(
     labels: &HashMap<String, String>,
 ) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The listing of `r` when it passes `filter`; read in place, as the record is large.
+fn matching_sandbox(filter: &api::PodSandboxFilter, r: &SandboxRecord) -> Option<api::PodSandbox> {
+    let state = cri_state(r.state) as i32;
+    if !r.id.starts_with(&filter.id) || filter.state.as_ref().is_some_and(|s| s.state != state) {
+        return None;
+    }
+    let config = r.config().ok()?;
+    labels_match(&filter.label_selector, &config.labels).then(|| api::PodSandbox {
+        id: r.id.clone(),
+        metadata: config.metadata,
+        state,
+        created_at: r.created_at,
+        labels: config.labels,
+        annotations: config.annotations,
+        runtime_handler: r.runtime_handler.clone(),
+    })
 }
 
 impl ProcessRuntime {
@@ -22,26 +41,9 @@ impl ProcessRuntime {
         let mut out: Vec<api::PodSandbox> = self
             .shared
             .index
-            .sandbox_records(&filter.id)
-            .into_iter()
-            .filter(|r| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|s| s.state == cri_state(r.state) as i32)
-            })
-            .filter_map(|r| {
-                let config = r.config().ok()?;
-                labels_match(&filter.label_selector, &config.labels).then(|| api::PodSandbox {
-                    id: r.id.clone(),
-                    metadata: config.metadata.clone(),
-                    state: cri_state(r.state) as i32,
-                    created_at: r.created_at,
-                    labels: config.labels,
-                    annotations: config.annotations,
-                    runtime_handler: r.runtime_handler.clone(),
-                })
-            })
+            .sandboxes()
+            .iter()
+            .filter_map(|entry| entry.with(|r| matching_sandbox(&filter, r)))
             .collect();
         out.sort_by_key(|s| s.created_at);
         out
