@@ -71,6 +71,20 @@ fn decode<M: prost::Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
     M::decode(bytes).map_err(|e| RuntimeError::Internal(format!("corrupt stored {what}: {e}")))
 }
 
+/// Only the labels of a stored ContainerConfig (field 9) or PodSandboxConfig (field 6): a
+/// listing by label selector (the kubelet's per-pod `io.kubernetes.pod.uid=`) skips decoding
+/// the rest of every other pod's config.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ContainerLabels {
+    #[prost(map = "string, string", tag = "9")]
+    labels: HashMap<String, String>,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+struct SandboxLabels {
+    #[prost(map = "string, string", tag = "6")]
+    labels: HashMap<String, String>,
+}
+
 /// A process the runtime started through a shim.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProcessRecord {
@@ -131,6 +145,10 @@ fn default_network_info() -> String {
 impl SandboxRecord {
     pub fn config(&self) -> Result<api::PodSandboxConfig> {
         decode(&self.config, "sandbox config")
+    }
+    /// The config's labels alone (cheaper than [`Self::config`]).
+    pub fn labels(&self) -> Result<HashMap<String, String>> {
+        decode::<SandboxLabels>(&self.config, "sandbox config").map(|l| l.labels)
     }
     pub fn metadata(&self) -> api::PodSandboxMetadata {
         self.config()
@@ -196,6 +214,10 @@ pub struct ContainerRecord {
 impl ContainerRecord {
     pub fn config(&self) -> Result<api::ContainerConfig> {
         decode(&self.config, "container config")
+    }
+    /// The config's labels alone (cheaper than [`Self::config`]).
+    pub fn labels(&self) -> Result<HashMap<String, String>> {
+        decode::<ContainerLabels>(&self.config, "container config").map(|l| l.labels)
     }
     pub fn resources(&self) -> Option<api::LinuxContainerResources> {
         if self.resources.is_empty() {
@@ -414,6 +436,35 @@ pub fn load_records<R: serde::de::DeserializeOwned>(dir: &Path, file: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_decode_alone_from_the_stored_configs() {
+        let labels: HashMap<String, String> =
+            [("io.kubernetes.pod.uid".to_string(), "u1".to_string())].into();
+        let container = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: "c".into(),
+                attempt: 2,
+            }),
+            labels: labels.clone(),
+            annotations: [("a".to_string(), "b".to_string())].into(),
+            envs: vec![api::KeyValue {
+                key: "K".into(),
+                value: "V".into(),
+            }],
+            ..Default::default()
+        };
+        let decoded = decode::<ContainerLabels>(&prost::Message::encode_to_vec(&container), "c");
+        assert_eq!(decoded.unwrap().labels, labels);
+        let sandbox = api::PodSandboxConfig {
+            hostname: "h".into(),
+            labels: labels.clone(),
+            annotations: [("x".to_string(), "y".to_string())].into(),
+            ..Default::default()
+        };
+        let decoded = decode::<SandboxLabels>(&prost::Message::encode_to_vec(&sandbox), "s");
+        assert_eq!(decoded.unwrap().labels, labels);
+    }
 
     fn sample(dir: &Path) -> (PathBuf, SandboxRecord) {
         let id = ids::new_id();

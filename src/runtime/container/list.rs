@@ -23,11 +23,13 @@ impl ProcessRuntime {
                         && filter
                             .state
                             .as_ref()
-                            .is_none_or(|s| s.state == r.state.to_cri() as i32);
+                            .is_none_or(|s| s.state == r.state.to_cri() as i32)
+                        && (filter.label_selector.is_empty()
+                            || r.labels()
+                                .is_ok_and(|l| labels_match(&filter.label_selector, &l)));
                     wanted.then(|| container_status(r).into_container(&r.sandbox_id))
                 })
             })
-            .filter(|c| labels_match(&filter.label_selector, &c.labels))
             .collect();
         out.sort_by_key(|c| c.created_at);
         out

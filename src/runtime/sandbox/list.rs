@@ -20,8 +20,12 @@ fn matching_sandbox(filter: &api::PodSandboxFilter, r: &SandboxRecord) -> Option
     if !r.id.starts_with(&filter.id) || filter.state.as_ref().is_some_and(|s| s.state != state) {
         return None;
     }
+    if !filter.label_selector.is_empty() && !labels_match(&filter.label_selector, &r.labels().ok()?)
+    {
+        return None;
+    }
     let config = r.config().ok()?;
-    labels_match(&filter.label_selector, &config.labels).then(|| api::PodSandbox {
+    Some(api::PodSandbox {
         id: r.id.clone(),
         metadata: config.metadata,
         state,
