@@ -71,6 +71,14 @@ fn decode<M: prost::Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
     M::decode(bytes).map_err(|e| RuntimeError::Internal(format!("corrupt stored {what}: {e}")))
 }
 
+/// Every selector key/value must be present in the labels.
+pub(crate) fn labels_match(
+    selector: &HashMap<String, String>,
+    labels: &HashMap<String, String>,
+) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// Only the labels of a stored ContainerConfig (field 9) or PodSandboxConfig (field 6): a
 /// listing by label selector (the kubelet's per-pod `io.kubernetes.pod.uid=`) skips decoding
 /// the rest of every other pod's config.
@@ -146,9 +154,12 @@ impl SandboxRecord {
     pub fn config(&self) -> Result<api::PodSandboxConfig> {
         decode(&self.config, "sandbox config")
     }
-    /// The config's labels alone (cheaper than [`Self::config`]).
-    pub fn labels(&self) -> Result<HashMap<String, String>> {
-        decode::<SandboxLabels>(&self.config, "sandbox config").map(|l| l.labels)
+    /// Whether the config's labels carry every pair of `selector` (an empty one matches
+    /// without decoding; otherwise only the labels are decoded).
+    pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
+        selector.is_empty()
+            || decode::<SandboxLabels>(&self.config, "sandbox config")
+                .is_ok_and(|l| labels_match(selector, &l.labels))
     }
     pub fn metadata(&self) -> api::PodSandboxMetadata {
         self.config()
@@ -215,9 +226,12 @@ impl ContainerRecord {
     pub fn config(&self) -> Result<api::ContainerConfig> {
         decode(&self.config, "container config")
     }
-    /// The config's labels alone (cheaper than [`Self::config`]).
-    pub fn labels(&self) -> Result<HashMap<String, String>> {
-        decode::<ContainerLabels>(&self.config, "container config").map(|l| l.labels)
+    /// Whether the config's labels carry every pair of `selector` (an empty one matches
+    /// without decoding; otherwise only the labels are decoded).
+    pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
+        selector.is_empty()
+            || decode::<ContainerLabels>(&self.config, "container config")
+                .is_ok_and(|l| labels_match(selector, &l.labels))
     }
     pub fn resources(&self) -> Option<api::LinuxContainerResources> {
         if self.resources.is_empty() {

@@ -4,7 +4,7 @@ use crate::cri::api;
 use crate::runtime::ProcessRuntime;
 use crate::runtime::cgroups::{Usage, proc_usage};
 use crate::runtime::error::Result;
-use crate::runtime::sandbox::list::labels_match;
+use crate::runtime::state::labels_match;
 use crate::runtime::state::{ContainerRecord, ContainerState, SandboxRecord};
 use std::path::Path;
 

@@ -312,20 +312,7 @@ impl AgentEnv {
 
     /// Removes every pod through the runtime (tests end with no process left behind).
     pub async fn cleanup(&self) {
-        let pods = self
-            .rt
-            .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
-            .await
-            .unwrap()
-            .items;
-        for p in pods {
-            self.rt
-                .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                    pod_sandbox_id: p.id,
-                })
-                .await
-                .expect("remove pod sandbox");
-        }
+        runtime::remove_all_pods(self.rt.as_ref()).await;
     }
 }
 

@@ -241,20 +241,23 @@ impl Env {
 
     /// Stops and removes every pod (tests end clean: no processes left behind).
     pub async fn cleanup(&self) {
-        let pods = self
-            .rt
-            .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
-            .await
-            .unwrap()
-            .items;
-        for p in pods {
-            self.rt
-                .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                    pod_sandbox_id: p.id,
-                })
-                .await
-                .expect("remove pod sandbox");
-        }
+        remove_all_pods(self.rt.as_ref()).await;
+    }
+}
+
+/// RemovePodSandbox of every pod the runtime lists.
+pub async fn remove_all_pods(rt: &dyn RuntimeService) {
+    let pods = rt
+        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .items;
+    for p in pods {
+        rt.remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: p.id,
+        })
+        .await
+        .expect("remove pod sandbox");
     }
 }
 

@@ -3,7 +3,6 @@
 use super::status::container_status;
 use crate::cri::api;
 use crate::runtime::ProcessRuntime;
-use crate::runtime::sandbox::list::labels_match;
 
 impl ProcessRuntime {
     pub(crate) fn list_containers_impl(
@@ -24,9 +23,7 @@ impl ProcessRuntime {
                             .state
                             .as_ref()
                             .is_none_or(|s| s.state == r.state.to_cri() as i32)
-                        && (filter.label_selector.is_empty()
-                            || r.labels()
-                                .is_ok_and(|l| labels_match(&filter.label_selector, &l)));
+                        && r.selected_by(&filter.label_selector);
                     wanted.then(|| container_status(r).into_container(&r.sandbox_id))
                 })
             })

@@ -4,15 +4,6 @@ use super::status::cri_state;
 use crate::cri::api;
 use crate::runtime::ProcessRuntime;
 use crate::runtime::state::SandboxRecord;
-use std::collections::HashMap;
-
-/// Every selector key/value must be present in the labels.
-pub(crate) fn labels_match(
-    selector: &HashMap<String, String>,
-    labels: &HashMap<String, String>,
-) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
 
 /// The listing of `r` when it passes `filter`; read in place, as the record is large.
 fn matching_sandbox(filter: &api::PodSandboxFilter, r: &SandboxRecord) -> Option<api::PodSandbox> {
@@ -20,8 +11,7 @@ fn matching_sandbox(filter: &api::PodSandboxFilter, r: &SandboxRecord) -> Option
     if !r.id.starts_with(&filter.id) || filter.state.as_ref().is_some_and(|s| s.state != state) {
         return None;
     }
-    if !filter.label_selector.is_empty() && !labels_match(&filter.label_selector, &r.labels().ok()?)
-    {
+    if !r.selected_by(&filter.label_selector) {
         return None;
     }
     let config = r.config().ok()?;

@@ -215,7 +215,6 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
             security.and_then(|s| s.capabilities.as_ref()),
         )?)
         .rlimits(security::default_rlimits(inputs.max_nofile));
-
     if let Some(res) = &linux_cfg.resources
         && res.oom_score_adj != 0
     {
