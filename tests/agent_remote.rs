@@ -434,6 +434,12 @@ async fn agent_over_runp_serve_end_to_end() {
             .all(|c| c.id == second.id || c.state == api::ContainerState::ContainerExited as i32),
         "the old container stopped: {after:#?}"
     );
+    // `runp exec` finds the container in the agent's status file: wait until it names the new
+    // one (the runtime runs it before the agent's next status write).
+    wait_for("status shows the new container", || {
+        stdout(&runp(&agent_root, &["ps"])).contains(&second.id[..12])
+    })
+    .await;
     let exec = runp(
         &agent_root,
         &[
@@ -448,10 +454,6 @@ async fn agent_over_runp_serve_end_to_end() {
         ],
     );
     assert_eq!(stdout(&exec), "2\n");
-    wait_for("status shows the new container", || {
-        stdout(&runp(&agent_root, &["ps"])).contains(&second.id[..12])
-    })
-    .await;
 
     // Removing a manifest stops its pod and removes it from the runtime.
     std::fs::remove_file(manifests.join("extra.yaml")).unwrap();
