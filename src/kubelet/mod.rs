@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod agent;
+pub mod apiclient;
 pub mod backoff;
 pub mod cleanup;
 pub mod clock;
