@@ -5,6 +5,7 @@
 //! reach it), or any CRI server over gRPC (`--runtime=remote --runtime-endpoint unix:///...`,
 //! e.g. `runp serve` or containerd).
 
+use super::cluster::ClusterArgs;
 use super::{GlobalOpts, RegistryArgs, local};
 use anyhow::Context;
 use clap::Args;
@@ -27,8 +28,9 @@ use std::time::Duration;
 #[derive(Args, Debug)]
 pub struct AgentArgs {
     /// Directory of Pod, ConfigMap and Secret manifests (YAML/JSON), watched for changes.
-    #[arg(long)]
-    pub manifests: PathBuf,
+    /// With --kubeconfig its pods are static pods of the node.
+    #[arg(long, required_unless_present_any = ["kubeconfig", "in_cluster"])]
+    pub manifests: Option<PathBuf>,
     /// Which runtime runs the pods: the in-process one, or a CRI server over gRPC.
     #[arg(long, value_enum, default_value_t = RuntimeKind::Process)]
     pub runtime: RuntimeKind,
@@ -79,6 +81,9 @@ pub struct AgentArgs {
     // With --runtime=process: the streaming server (Exec/Attach/PortForward on --listen).
     #[command(flatten)]
     pub streaming: local::StreamingArgs,
+    // Joining a cluster as a node.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// The runtime behind the sync loop.
@@ -177,12 +182,13 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         }
     };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let (source, objects) = ManifestSource::spawn_with(
-        args.manifests.clone(),
-        tx,
-        SourceOptions::from_config(&config),
-    )
-    .context("reading the manifest directory")?;
+    let manifests = args
+        .manifests
+        .clone()
+        .context("the API pod source (--kubeconfig) is not wired yet: give --manifests")?;
+    let (source, objects) =
+        ManifestSource::spawn_with(manifests, tx, SourceOptions::from_config(&config))
+            .context("reading the manifest directory")?;
     let environment = Arc::new(PodConfigEnvironment::new(
         VolumeManager::new(config.clone()),
         config.clone(),

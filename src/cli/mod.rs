@@ -1,6 +1,7 @@
 //! Subcommand implementations (the binary's side; `anyhow` lives here and in tests only).
 
 pub mod agent;
+pub mod cluster;
 pub mod exec;
 pub mod image;
 pub mod internal;

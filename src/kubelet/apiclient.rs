@@ -105,7 +105,9 @@ pub fn client_source(flag: Option<&Path>) -> ClientSource {
 /// transport problem (connection refused, bad certificate...).
 pub fn describe(err: &kube::Error) -> String {
     match err {
-        kube::Error::Api(status) => format!("{} ({} {})", status.message, status.code, status.reason),
+        kube::Error::Api(status) => {
+            format!("{} ({} {})", status.message, status.code, status.reason)
+        }
         other => {
             let mut text = other.to_string();
             let mut source = std::error::Error::source(other);
