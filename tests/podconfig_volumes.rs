@@ -24,6 +24,22 @@ fn skip(test: &str, needs: &str) {
     eprintln!("SKIP: {test}: needs {needs}");
 }
 
+/// subPath mounts are pinned with a bind mount: root (real, or mapped in a user namespace).
+fn can_mount(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        skip(test, "root to bind-mount subPath pins");
+    }
+    root
+}
+
+/// (device, inode) of a path, symlinks not followed.
+fn identity(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(path).unwrap();
+    (meta.dev(), meta.ino())
+}
+
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
@@ -105,6 +121,9 @@ fn mounts(volumes: &PodVolumes, pod: &Pod, name: &str) -> Vec<api::Mount> {
 
 #[test]
 fn config_map_and_secret_updates_are_atomic_and_visible() {
+    if !can_mount("config_map_and_secret_updates_are_atomic_and_visible") {
+        return;
+    }
     let e = env();
     e.objects
         .insert_config_map(config_map("cfg", &[("app.conf", "v1"), ("other", "x")]));
@@ -184,7 +203,7 @@ fn config_map_and_secret_updates_are_atomic_and_visible() {
         "volume directories are stable across updates"
     );
     let one2 = PathBuf::from(&mount_at(&m2, "/etc/one.conf").host_path);
-    assert_ne!(one2, one, "a subPath resolves to the new version");
+    assert_eq!(one2, one, "a subPath pin stays at its path");
     assert_eq!(fs::read_to_string(&one2).unwrap(), "v2");
     assert_eq!(fs::read_to_string(cfg_dir.join("app.conf")).unwrap(), "v2");
     assert_eq!(fs::read_to_string(cfg_dir.join("added")).unwrap(), "new");
@@ -252,6 +271,9 @@ fn missing_objects_fail_unless_optional() {
 
 #[test]
 fn sub_path_symlink_escapes_are_refused() {
+    if !can_mount("sub_path_symlink_escapes_are_refused") {
+        return;
+    }
     let e = env();
     let outside = tempfile::tempdir().unwrap();
     fs::write(outside.path().join("host-secret"), "root's").unwrap();
@@ -310,9 +332,13 @@ fn sub_path_symlink_escapes_are_refused() {
 
     // A symlink that stays inside is followed; the missing dir is created with the volume's mode.
     let m = mounts(&volumes, &pod, "ok");
+    let pin = PathBuf::from(&mount_at(&m, "/logs").host_path);
+    assert!(pin.starts_with(e.config.pod_dir("uid-1").join("volume-subpaths/data/ok")));
+    assert!(is_mount_point(&pin) || identity(&pin) == identity(&root.join("real/logs")));
     assert_eq!(
-        mount_at(&m, "/logs").host_path,
-        root.join("real/logs").to_string_lossy()
+        identity(&pin),
+        identity(&root.join("real/logs")),
+        "the pin shows the subPath"
     );
     let mode = fs::metadata(root.join("real/logs"))
         .unwrap()
@@ -333,10 +359,14 @@ fn sub_path_symlink_escapes_are_refused() {
             .to_string()
             .contains("'..'")
     );
+    e.manager.teardown("uid-1").unwrap();
 }
 
 #[test]
 fn host_path_empty_dir_downward_api_sub_path_expr_and_storage() {
+    if !can_mount("host_path_empty_dir_downward_api_sub_path_expr_and_storage") {
+        return;
+    }
     let e = env();
     let host = tempfile::tempdir().unwrap();
     let host_dir = host.path().join("created");
@@ -368,8 +398,8 @@ fn host_path_empty_dir_downward_api_sub_path_expr_and_storage() {
     assert!(scratch.ends_with("volumes/kubernetes.io~empty-dir/scratch"));
     assert!(!mount_at(&m, "/scratch").readonly);
     assert_eq!(
-        mount_at(&m, "/per-pod").host_path,
-        scratch.join("pods/web").to_string_lossy()
+        identity(std::path::Path::new(&mount_at(&m, "/per-pod").host_path)),
+        identity(&scratch.join("pods/web"))
     );
     let info = PathBuf::from(&mount_at(&m, "/etc/podinfo").host_path);
     assert_eq!(
@@ -489,4 +519,96 @@ fn fs_group_owns_data_volumes_when_root() {
     assert_eq!(scratch.gid(), 4321);
     assert_eq!(scratch.permissions().mode() & 0o2000, 0o2000, "setgid dir");
     e.manager.teardown("uid-1").unwrap();
+}
+
+/// The CVE-2017-1002101 race as a container would run it: `x` of an emptyDir is swapped for a
+/// symlink to `/` in a loop while the container mounting `subPath: x` is (re)started. The pin
+/// never shows the host's root, writes through it land in the volume, and teardown unmounts
+/// every pin without deleting through one (a hostPath's data survives).
+#[test]
+fn sub_path_pins_survive_a_swapping_container() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !can_mount("sub_path_pins_survive_a_swapping_container") {
+        return;
+    }
+    let e = env();
+    let host = tempfile::tempdir().unwrap();
+    fs::create_dir(host.path().join("sub")).unwrap();
+    fs::write(host.path().join("sub/keep"), "host data").unwrap();
+    let pod = pod(serde_json::json!({
+        "containers": [
+            {"name": "victim", "image": "busybox", "volumeMounts": [
+                {"name": "data", "mountPath": "/sub", "subPath": "x"},
+                {"name": "host", "mountPath": "/h", "subPath": "sub"}]}],
+        "volumes": [{"name": "data", "emptyDir": {}},
+                    {"name": "host", "hostPath": {"path": host.path()}}]
+    }));
+    let volumes = e.manager.setup(&pod, &e.objects).unwrap();
+    let root = volumes.host_path("data").unwrap().to_path_buf();
+    fs::create_dir(root.join("x")).unwrap();
+    let host_root = identity(std::path::Path::new("/"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (x, real, stop) = (root.join("x"), root.join("x.real"), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if fs::rename(&x, &real).is_ok() {
+                    let _ = symlink("/", &x);
+                    let _ = fs::remove_file(&x);
+                    let _ = fs::rename(&real, &x);
+                    swaps += 1;
+                }
+            }
+            swaps
+        })
+    };
+    let victim = container(&pod, "victim");
+    let (mut pinned, mut refused) = (0, 0);
+    for _ in 0..300 {
+        match volumes.mounts_for(&victim) {
+            Ok(m) => {
+                let pin = PathBuf::from(&mount_at(&m, "/sub").host_path);
+                assert_ne!(
+                    identity(&pin),
+                    host_root,
+                    "the subPath pin shows the host's /"
+                );
+                pinned += 1;
+            }
+            Err(err) => {
+                assert!(err.to_string().contains("subPath"), "{err}");
+                refused += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(swapper.join().unwrap() > 0, "the swapper ran");
+    assert!(pinned > 0, "no pin won the race ({refused} refused)");
+    // Calm again: a write through the pin lands in the volume.
+    let _ = fs::remove_file(root.join("x"));
+    let _ = fs::create_dir(root.join("x"));
+    let m = volumes.mounts_for(&victim).unwrap();
+    let pin = PathBuf::from(&mount_at(&m, "/sub").host_path);
+    fs::write(pin.join("written"), "through the pin").unwrap();
+    assert_eq!(
+        fs::read_to_string(root.join("x/written")).unwrap(),
+        "through the pin"
+    );
+    let host_pin = PathBuf::from(&mount_at(&m, "/h").host_path);
+    assert_eq!(
+        fs::read_to_string(host_pin.join("keep")).unwrap(),
+        "host data"
+    );
+    e.manager.teardown("uid-1").unwrap();
+    assert!(
+        !is_mount_point(&pin) && !pin.exists(),
+        "pins unmounted and removed"
+    );
+    assert_eq!(
+        fs::read_to_string(host.path().join("sub/keep")).unwrap(),
+        "host data",
+        "teardown never deletes through a pin"
+    );
 }

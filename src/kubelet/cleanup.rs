@@ -1,14 +1,21 @@
 //! Removing pod directories without crossing into mounts.
 
+use crate::kubelet::podconfig::volumes::tmpfs::mounts_under;
 use std::io;
 use std::path::Path;
 
-/// Removes `path` recursively without descending into other filesystems: a volume still
-/// mounted below it (or a bind mount of host data) makes the removal fail instead of deleting
-/// what the mount shows.
+/// Removes `path` recursively without descending into mounts: a volume still mounted below
+/// it (or a bind mount of host data, which a device check cannot tell from the same
+/// filesystem) makes the removal fail instead of deleting what the mount shows.
 pub fn remove_dir_same_fs(path: &Path) -> io::Result<()> {
     if !path.exists() {
         return Ok(());
+    }
+    if let Some(mounted) = mounts_under(path).first() {
+        return Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!("{} is still mounted", mounted.display()),
+        ));
     }
     for entry in walkdir::WalkDir::new(path)
         .same_file_system(true)

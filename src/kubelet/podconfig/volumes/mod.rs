@@ -36,6 +36,8 @@ pub const PLUGIN_EMPTY_DIR: &str = "kubernetes.io~empty-dir";
 pub const PLUGIN_CONFIG_MAP: &str = "kubernetes.io~configmap";
 pub const PLUGIN_SECRET: &str = "kubernetes.io~secret";
 pub const PLUGIN_DOWNWARD_API: &str = "kubernetes.io~downward-api";
+/// Below the pod dir: the pinned subPath mounts (`<volume>/<container>/<index>`), as kubelet.
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
 pub const PLUGIN_PROJECTED: &str = "kubernetes.io~projected";
 const PLUGINS: [&str; 5] = [
     PLUGIN_EMPTY_DIR,
@@ -118,6 +120,8 @@ pub struct PodVolumes {
     /// Per container, for `subPathExpr` (`Err`: why its environment could not be built).
     envs: BTreeMap<String, Result<EnvList, String>>,
     storage_dir: Option<PathBuf>,
+    /// `<pod dir>/volume-subpaths`: where subPath mounts are pinned.
+    subpaths_dir: PathBuf,
     hooks: Vec<Arc<dyn MountHook>>,
 }
 
@@ -188,6 +192,7 @@ impl VolumeManager {
             volumes: ready,
             envs: self.sub_path_envs(pod, objects, &node),
             storage_dir: self.config.storage_dir.clone(),
+            subpaths_dir: self.config.pod_dir(uid).join(SUBPATHS_DIR),
             hooks: self.hooks.clone(),
         })
     }
@@ -353,7 +358,17 @@ impl VolumeManager {
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
         let pod_dir = self.config.pod_dir(pod_uid);
         let volumes_dir = pod_dir.join("volumes");
-        // Never remove through a mount: whatever is mounted below goes first.
+        // Never remove through a mount: whatever is mounted below goes first. The subPath pins
+        // first of all: one may show a hostPath's data.
+        let subpaths_dir = pod_dir.join(SUBPATHS_DIR);
+        tmpfs::unmount_all_under(&subpaths_dir)
+            .map_err(|(path, source)| VolumeError::Unmount { path, source })?;
+        crate::kubelet::cleanup::remove_dir_same_fs(&subpaths_dir).map_err(|source| {
+            VolumeError::Io {
+                path: subpaths_dir.clone(),
+                source,
+            }
+        })?;
         tmpfs::unmount_all_under(&volumes_dir)
             .map_err(|(path, source)| VolumeError::Unmount { path, source })?;
         match fs::remove_dir_all(&volumes_dir) {

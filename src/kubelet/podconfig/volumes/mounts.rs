@@ -1,6 +1,6 @@
 //! volumeMounts → CRI mounts.
 
-use super::subpath::{check_sub_path, resolve_sub_path};
+use super::subpath::{check_sub_path, open_sub_path, pin_sub_path};
 use super::{PodVolumes, VolumeError};
 use crate::cri::api;
 use crate::kubelet::podconfig::env::EnvList;
@@ -73,7 +73,7 @@ impl PodVolumes {
             .and_then(|s| s.privileged)
             .unwrap_or(false);
         let mut mounts = Vec::new();
-        for m in container.volume_mounts.iter().flatten() {
+        for (index, m) in container.volume_mounts.iter().flatten().enumerate() {
             let volume = self
                 .volumes
                 .get(&m.name)
@@ -111,7 +111,16 @@ impl PodVolumes {
                     let mode = std::fs::metadata(&volume.host_path)
                         .map(|meta| meta.permissions().mode() & 0o7777)
                         .unwrap_or(0o755);
-                    resolve_sub_path(&volume.host_path, sub, mode).map_err(sub_err)?
+                    // Pinned: the runtime binds a mount of what was opened, not a path a
+                    // container could swap meanwhile.
+                    let opened = open_sub_path(&volume.host_path, sub, mode).map_err(sub_err)?;
+                    let target = self
+                        .subpaths_dir
+                        .join(&m.name)
+                        .join(&container.name)
+                        .join(index.to_string());
+                    pin_sub_path(&opened, &target).map_err(sub_err)?;
+                    target
                 }
             };
             let readonly = m.read_only.unwrap_or(false) || volume.read_only;

@@ -1,16 +1,23 @@
-//! Safe resolution of a volumeMount's `subPath` (the CVE-2017-1002101 class): the path is walked
-//! component by component with `lstat`, symlinks are followed only while they stay inside the
-//! volume, and missing directories are created only inside it. The result has no symlink left.
+//! Safe use of a volumeMount's `subPath` (the CVE-2017-1002101 class), as kubelet does it:
 //!
-//! What is left to the runtime: the volume's content can change between this check and the bind
-//! mount (a container swapping a checked directory for a symlink); a runtime that opens the path
-//! with `O_PATH|O_NOFOLLOW` per component (or `openat2` with `RESOLVE_BENEATH`) closes that window.
+//! 1. the path is walked from an fd of the volume root, one component at a time with
+//!    `O_PATH|O_NOFOLLOW` (`openat`), so every step is relative to a directory already opened
+//!    inside the volume; symlinks are read (`readlinkat`) and followed only while they stay
+//!    inside the volume, missing directories are made with `mkdirat` in the opened parent;
+//! 2. the opened fd is bind-mounted (through `/proc/self/fd/N`) onto a directory of the pod's
+//!    own (`<pod dir>/volume-subpaths/<volume>/<container>/<index>`) that no container can
+//!    write, and that mount point — not the volume path — is what the runtime binds.
+//!
+//! A container swapping a directory of its volume for a symlink (to `/`, say) while this runs
+//! either loses the race (the walk already holds the directory's inode) or is seen (the walk
+//! finds a symlink leading out and refuses); nothing resolves a path a second time.
 
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Symlinks followed at most (as the kernel's ELOOP limit).
@@ -33,6 +40,8 @@ pub enum SubPathError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot pin it at {}: {source}", to.display())]
+    Mount { to: PathBuf, source: std::io::Error },
 }
 
 /// Checks the subPath text itself: relative and without `..` components.
@@ -47,45 +56,79 @@ pub fn check_sub_path(sub_path: &str) -> Result<(), SubPathError> {
     Ok(())
 }
 
-/// Resolves `sub_path` inside `volume_root`, creating missing directories with `dir_mode`.
-/// Returns a host path free of symlinks that lies inside the (canonical) volume root.
-pub fn resolve_sub_path(
+fn io_at(path: &Path) -> impl FnOnce(rustix::io::Errno) -> SubPathError + '_ {
+    move |errno| SubPathError::Io {
+        path: path.to_path_buf(),
+        source: errno.into(),
+    }
+}
+
+const PATH_FLAGS: OFlags = OFlags::PATH.union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+
+/// Opens `sub_path` inside `volume_root` (which the agent made, so its own path is trusted),
+/// creating missing directories with `dir_mode`. The fd is an `O_PATH` handle of what the
+/// subPath names, reached without leaving the volume.
+pub fn open_sub_path(
     volume_root: &Path,
     sub_path: &str,
     dir_mode: u32,
-) -> Result<PathBuf, SubPathError> {
+) -> Result<OwnedFd, SubPathError> {
     check_sub_path(sub_path)?;
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SubPathError::Io { path, source }
-    };
-    let root = volume_root.canonicalize().map_err(io(volume_root))?;
+    // Absolute symlink targets are host paths here: only ones under the volume are allowed.
+    let root_path = volume_root
+        .canonicalize()
+        .map_err(|source| SubPathError::Io {
+            path: volume_root.to_path_buf(),
+            source,
+        })?;
+    let root = rustix::fs::open(&root_path, PATH_FLAGS | OFlags::DIRECTORY, Mode::empty())
+        .map_err(io_at(&root_path))?;
+    // The directories walked so far below the root, and their path (for messages).
+    let mut stack: Vec<OwnedFd> = Vec::new();
+    let mut walked = root_path.clone();
     let mut pending: VecDeque<OsString> = components(Path::new(sub_path));
-    let mut current = root.clone();
     let mut followed = 0;
     while let Some(part) = pending.pop_front() {
         if part == ".." {
-            // Only from a symlink target; `current` is resolved, so popping is exact.
-            if current == root {
-                return Err(SubPathError::Escapes(current.join("..")));
+            // Only from a symlink target.
+            if stack.pop().is_none() {
+                return Err(SubPathError::Escapes(walked.join("..")));
             }
-            current.pop();
+            walked.pop();
             continue;
         }
-        let next = current.join(&part);
-        match fs::symlink_metadata(&next) {
-            Ok(meta) if meta.file_type().is_symlink() => {
+        let next = walked.join(&part);
+        let parent = stack.last().unwrap_or(&root);
+        let fd = match rustix::fs::openat(parent, part.as_os_str(), PATH_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => {
+                match rustix::fs::mkdirat(parent, part.as_os_str(), Mode::from_raw_mode(dir_mode)) {
+                    Ok(()) => set_mode_at(parent, &part, dir_mode, &next)?,
+                    // Made meanwhile (maybe as a symlink): look at it again.
+                    Err(rustix::io::Errno::EXIST) => {}
+                    Err(errno) => return Err(io_at(&next)(errno)),
+                }
+                pending.push_front(part);
+                continue;
+            }
+            Err(errno) => return Err(io_at(&next)(errno)),
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(io_at(&next))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => {
                 followed += 1;
                 if followed > MAX_SYMLINKS {
                     return Err(SubPathError::Loop);
                 }
-                let target = fs::read_link(&next).map_err(io(&next))?;
+                let target = rustix::fs::readlinkat(parent, part.as_os_str(), Vec::new())
+                    .map_err(io_at(&next))?;
+                let target = PathBuf::from(std::ffi::OsStr::from_bytes(target.as_bytes()));
                 let mut target_parts = if target.is_absolute() {
-                    // Absolute targets are host paths here; only ones inside the volume are allowed.
                     let inside = target
-                        .strip_prefix(&root)
+                        .strip_prefix(&root_path)
                         .map_err(|_| SubPathError::Escapes(next.clone()))?;
-                    current = root.clone();
+                    stack.clear();
+                    walked = root_path.clone();
                     components(inside)
                 } else {
                     components(&target)
@@ -93,32 +136,88 @@ pub fn resolve_sub_path(
                 target_parts.extend(pending.drain(..));
                 pending = target_parts;
             }
-            Ok(meta) => {
-                if !meta.is_dir() && !pending.is_empty() {
-                    return Err(SubPathError::NotADirectory(next));
-                }
-                current = next;
+            FileType::Directory => {
+                stack.push(fd);
+                walked = next;
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                match fs::DirBuilder::new().mode(dir_mode).create(&next) {
-                    Ok(()) => {
-                        // Explicitly, since the umask applies at creation.
-                        fs::set_permissions(&next, fs::Permissions::from_mode(dir_mode))
-                            .map_err(io(&next))?;
-                        current = next;
-                    }
-                    // Created meanwhile (maybe as a symlink): look at it again.
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => pending.push_front(part),
-                    Err(e) => return Err(io(&next)(e)),
-                }
-            }
-            Err(e) => return Err(io(&next)(e)),
+            _ if pending.is_empty() => return Ok(fd),
+            _ => return Err(SubPathError::NotADirectory(next)),
         }
     }
-    if !current.starts_with(&root) {
-        return Err(SubPathError::Escapes(current));
+    match stack.pop() {
+        Some(fd) => Ok(fd),
+        None => Ok(root),
     }
-    Ok(current)
+}
+
+/// The mode of a directory just made (the umask applied at creation), set through an fd of it.
+fn set_mode_at(
+    parent: &OwnedFd,
+    name: &OsString,
+    mode: u32,
+    path: &Path,
+) -> Result<(), SubPathError> {
+    let dir = rustix::fs::openat(
+        parent,
+        name.as_os_str(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_at(path))?;
+    rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode)).map_err(io_at(path))
+}
+
+/// Binds what `fd` names onto `target` (made as an empty directory or file to match), first
+/// detaching whatever an earlier pin left there. `target` must lie in a directory no container
+/// can write.
+pub fn pin_sub_path(fd: &OwnedFd, target: &Path) -> Result<(), SubPathError> {
+    let io = |source: std::io::Error| SubPathError::Io {
+        path: target.to_path_buf(),
+        source,
+    };
+    let is_dir = FileType::from_raw_mode(rustix::fs::fstat(fd).map_err(|e| io(e.into()))?.st_mode)
+        == FileType::Directory;
+    // Detach earlier pins (a container restart pins again; the old container had its own copy).
+    loop {
+        match rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH) {
+            Ok(()) => continue,
+            Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => break,
+            Err(errno) => return Err(io(errno.into())),
+        }
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    let existing = rustix::fs::statat(CWD, target, AtFlags::SYMLINK_NOFOLLOW).ok();
+    let existing_is_dir =
+        existing.map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
+    if existing_is_dir.is_some_and(|d| d != is_dir) {
+        // The subPath changed type (a key became a directory...): make the right kind.
+        if existing_is_dir == Some(true) {
+            std::fs::remove_dir(target).map_err(io)?;
+        } else {
+            std::fs::remove_file(target).map_err(io)?;
+        }
+    }
+    let made = if is_dir {
+        std::fs::create_dir(target)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(target)
+            .map(drop)
+    };
+    match made {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    let from = PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()));
+    rustix::mount::mount_bind(&from, target).map_err(|errno| SubPathError::Mount {
+        to: target.to_path_buf(),
+        source: errno.into(),
+    })
 }
 
 /// Normal and `..` components as names (`.` and the root are dropped).
@@ -133,123 +232,4 @@ fn components(path: &Path) -> VecDeque<OsString> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        root: PathBuf,
-        outside: PathBuf,
-    }
-
-    /// A volume with some content and symlinks, and a secret file beside it.
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        let root = base.join("volume");
-        let outside = base.join("outside");
-        fs::create_dir_all(root.join("data/inner")).unwrap();
-        fs::write(root.join("data/file"), "f").unwrap();
-        fs::create_dir_all(&outside).unwrap();
-        fs::write(outside.join("secret"), "s").unwrap();
-        symlink("data", root.join("rel-in")).unwrap();
-        symlink("../data/inner", root.join("data/up-and-in")).unwrap();
-        symlink(root.join("data"), root.join("abs-in")).unwrap();
-        symlink("../outside", root.join("rel-out")).unwrap();
-        symlink(&outside, root.join("abs-out")).unwrap();
-        symlink("/", root.join("to-root")).unwrap();
-        symlink("/etc", root.join("to-etc")).unwrap();
-        symlink("data/../../outside", root.join("sneaky")).unwrap();
-        symlink("loop-b", root.join("loop-a")).unwrap();
-        symlink("loop-a", root.join("loop-b")).unwrap();
-        symlink("rel-out", root.join("chain")).unwrap();
-        symlink("data/file", root.join("file-link")).unwrap();
-        Fixture {
-            _dir: dir,
-            root,
-            outside,
-        }
-    }
-
-    #[test]
-    fn resolves_inside_the_volume() {
-        let f = fixture();
-        let cases: &[(&str, &str)] = &[
-            ("", ""),
-            ("data", "data"),
-            ("./data/./inner", "data/inner"),
-            ("data/file", "data/file"),
-            ("rel-in", "data"),
-            ("rel-in/inner", "data/inner"),
-            ("data/up-and-in", "data/inner"),
-            ("abs-in/inner", "data/inner"),
-            ("file-link", "data/file"),
-        ];
-        for (sub, expected) in cases {
-            let got =
-                resolve_sub_path(&f.root, sub, 0o755).unwrap_or_else(|e| panic!("{sub}: {e}"));
-            assert_eq!(got, f.root.join(expected), "{sub}");
-        }
-    }
-
-    #[test]
-    fn symlink_attacks_are_refused() {
-        let f = fixture();
-        let cases: &[&str] = &[
-            "rel-out",
-            "rel-out/secret",
-            "abs-out/secret",
-            "to-root",
-            "to-root/etc",
-            "to-etc/passwd",
-            "sneaky/secret",
-            "chain/secret",
-            "data/../../outside",
-            "../outside",
-            "/etc",
-            "loop-a",
-            "data/file/x",
-            "rel-out/new-dir",
-        ];
-        for sub in cases {
-            assert!(
-                resolve_sub_path(&f.root, sub, 0o755).is_err(),
-                "{sub} was accepted"
-            );
-        }
-        // Nothing was created outside.
-        let outside: Vec<_> = fs::read_dir(&f.outside).unwrap().collect();
-        assert_eq!(outside.len(), 1);
-        assert!(!f.outside.join("new-dir").exists());
-    }
-
-    #[test]
-    fn creates_missing_directories_with_the_volume_mode() {
-        let f = fixture();
-        let got = resolve_sub_path(&f.root, "rel-in/new/deeper", 0o750).unwrap();
-        assert_eq!(got, f.root.join("data/new/deeper"));
-        for dir in ["data/new", "data/new/deeper"] {
-            let mode = fs::metadata(f.root.join(dir)).unwrap().permissions().mode() & 0o7777;
-            assert_eq!(mode, 0o750, "{dir}");
-        }
-        // Idempotent.
-        assert_eq!(
-            resolve_sub_path(&f.root, "rel-in/new/deeper", 0o750).unwrap(),
-            got
-        );
-    }
-
-    #[test]
-    fn checks_the_text() {
-        assert!(matches!(
-            check_sub_path("/abs"),
-            Err(SubPathError::Absolute)
-        ));
-        assert!(matches!(
-            check_sub_path("a/../b"),
-            Err(SubPathError::ParentDir)
-        ));
-        assert!(check_sub_path("a/..b/c..").is_ok());
-    }
-}
+mod tests;

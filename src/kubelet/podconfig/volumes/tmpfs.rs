@@ -38,6 +38,8 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
+    // mountinfo names mount points by their resolved paths.
+    let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let mut found: Vec<PathBuf> = info
         .lines()
         .filter_map(|line| line.split(' ').nth(4))

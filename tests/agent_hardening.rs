@@ -1,0 +1,91 @@
+//! Host escapes through the sync loop on the real process runtime: the subPath symlink race
+//! (CVE-2017-1002101 class) as the attack runs it, one container swapping a directory of a
+//! shared emptyDir for a symlink to `/` while a second one mounting it with `subPath` restarts.
+
+#[path = "support/agent.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+use support::{AgentEnv, wait_for};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_path_swap_race_never_mounts_the_host_root() {
+    let test = "sub_path_swap_race_never_mounts_the_host_root";
+    let Some(env) = AgentEnv::for_test(test).await else {
+        return;
+    };
+    let marker = format!("runp-subpath-escape-{}", std::process::id());
+    // The victim writes a marker through its subPath mount each run, then exits to be restarted
+    // (the sync loop pins the subPath again at every start, while the swapper races it).
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: race, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: swapper
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "cd /vol && mkdir -p x && while true; do mv x x.real && ln -s / x && rm x && mv x.real x; done"]
+    volumeMounts: [{{name: vol, mountPath: /vol}}]
+  - name: victim
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "touch /sub/{marker}-$$ ; sleep 0.2; exit 1"]
+    volumeMounts: [{{name: vol, mountPath: /sub, subPath: x}}]
+  volumes:
+  - {{name: vol, emptyDir: {{}}}}
+"#
+    );
+    env.write("race.yaml", &yaml);
+    let agent = env.start();
+    wait_for("the victim restarted a few times", || {
+        env.container("race", "victim")
+            .is_some_and(|c| c.restart_count >= 4)
+    })
+    .await;
+    let host_hits: Vec<String> = std::fs::read_dir("/")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&marker))
+        .collect();
+    for hit in &host_hits {
+        let _ = std::fs::remove_file(format!("/{hit}"));
+    }
+    assert!(
+        host_hits.is_empty(),
+        "a container wrote the host's / through its subPath: {host_hits:?}"
+    );
+    // The victim did write: into the volume's x (under either of its names).
+    let uid = env.uid("race");
+    let volume = env
+        .config
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/vol");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        let count = ["x", "x.real"]
+            .iter()
+            .filter_map(|d| std::fs::read_dir(volume.join(d)).ok())
+            .flat_map(|d| d.flatten())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&marker))
+            .count();
+        if count > 0 || Instant::now() > deadline {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(written > 0, "the victim never wrote through its subPath");
+    env.remove("race.yaml");
+    wait_for("the pod is gone", || env.pod("race").is_none()).await;
+    agent.stop().await;
+    env.cleanup().await;
+    let leftover = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&uid) && l.contains("volume-subpaths"))
+        .count();
+    assert_eq!(leftover, 0, "subPath pins left mounted");
+}
