@@ -12,6 +12,20 @@ use std::path::{Path, PathBuf};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
+/// Names of the mounts under /sys/fs/cgroup (directories, not the comount symlinks).
+pub fn host_cgroup_mounts() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(CGROUP_ROOT) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Usage numbers read from a cgroup (or from /proc when cgroups are unavailable).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {

@@ -232,6 +232,7 @@ impl ProcessRuntime {
             max_nofile: self.max_nofile,
             ids: &self.ids,
             localhost_seccomp: localhost_seccomp.as_deref(),
+            cgroup_mounts: &crate::runtime::cgroups::host_cgroup_mounts(),
         })?;
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;
@@ -293,10 +294,10 @@ impl ProcessRuntime {
         }
     }
 
-    /// Host-wide notices (rootless limitations) are logged once; the rest per container.
+    /// Host-wide notices (rootless, no cgroups) are logged once; the rest per container.
     fn log_warnings(&self, id: &str, warnings: &[String]) {
         for w in warnings {
-            if w.contains("(rootless)") {
+            if w.contains("(rootless)") || w.contains("(cgroups unavailable)") {
                 self.notice_once(w);
             } else {
                 tracing::warn!(container = %id, "{w}");

@@ -10,7 +10,7 @@ pub mod security;
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
 use oci_spec::runtime::{
-    Linux, LinuxCpu, LinuxMemory, LinuxNamespace, LinuxNamespaceType, LinuxResources,
+    Capability, Linux, LinuxCpu, LinuxMemory, LinuxNamespace, LinuxNamespaceType, LinuxResources,
     ProcessBuilder, RootBuilder, Spec, UserBuilder,
 };
 use std::collections::HashMap;
@@ -51,6 +51,9 @@ pub struct SpecInputs<'a> {
     /// The JSON of the container's localhost seccomp profile, read by the caller
     /// ([`seccomp::seccomp_choice`] names the file).
     pub localhost_seccomp: Option<&'a str>,
+    /// Names of the host's cgroup mounts under /sys/fs/cgroup (v1: `pids`, `cpu,cpuacct`...;
+    /// empty with v2), made read-only in unprivileged containers.
+    pub cgroup_mounts: &'a [String],
 }
 
 /// The bundle's config.json plus what the runtime keeps beside it.
@@ -203,6 +206,16 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
     if let Some(name) = &user.username {
         oci_user = oci_user.username(name.clone());
     }
+    let mut capabilities =
+        security::capabilities(privileged, security.and_then(|s| s.capabilities.as_ref()))?;
+    if inputs.cgroups_path.is_none() && !inputs.rootless && !privileged {
+        // No device cgroup to refuse a node made with mknod: no mknod either. (In a user
+        // namespace the kernel refuses device nodes by itself.)
+        security::drop_capability(&mut capabilities, Capability::Mknod);
+        warnings.push(
+            "no device cgroup (cgroups unavailable): CAP_MKNOD is dropped so the container cannot make device nodes".into(),
+        );
+    }
     let mut proc_builder = ProcessBuilder::default()
         // The shim gives a tty container a terminal through libcontainer's console socket.
         .terminal(config.tty)
@@ -210,10 +223,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         .args(args)
         .env(env)
         .cwd(cwd)
-        .capabilities(security::capabilities(
-            privileged,
-            security.and_then(|s| s.capabilities.as_ref()),
-        )?)
+        .capabilities(capabilities)
         .rlimits(security::default_rlimits(inputs.max_nofile));
     if let Some(res) = &linux_cfg.resources
         && res.oom_score_adj != 0
@@ -261,7 +271,12 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         privileged,
         readonly_rootfs,
     )?;
-    let (masked, readonly) = security::masked_and_readonly_paths(privileged, security);
+    let (masked, mut readonly) = security::masked_and_readonly_paths(privileged, security);
+    if !privileged && !inputs.rootless {
+        // libcontainer binds a v1 container's own cgroup directories read-write whatever the
+        // mount's options say; read-only paths are remounted after every mount.
+        readonly.extend(security::cgroup_readonly_paths(inputs.cgroup_mounts));
+    }
 
     let ns = inputs.namespaces;
     let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)];
@@ -309,9 +324,12 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
     }
     if let Some(path) = &inputs.cgroups_path {
         linux.set_cgroups_path(Some(path.clone()));
-        if let Some(res) = &linux_cfg.resources {
-            linux.set_resources(Some(linux_resources(res)?));
-        }
+        let mut resources = match &linux_cfg.resources {
+            Some(res) => linux_resources(res)?,
+            None => LinuxResources::default(),
+        };
+        resources.set_devices(Some(security::device_cgroup_rules(privileged)?));
+        linux.set_resources(Some(resources));
     } else if linux_cfg
         .resources
         .as_ref()

@@ -4,9 +4,44 @@
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
 use oci_spec::runtime::{
-    Capabilities, Capability, LinuxCapabilities, PosixRlimit, PosixRlimitBuilder, PosixRlimitType,
+    Capabilities, Capability, LinuxCapabilities, LinuxDeviceCgroup, LinuxDeviceCgroupBuilder,
+    PosixRlimit, PosixRlimitBuilder, PosixRlimitType,
 };
 use std::str::FromStr;
+
+/// The device cgroup of a container, as runc's: unprivileged ones start from "deny all"
+/// (libcgroups then allows runc's default list: null, zero, full, tty, random, urandom,
+/// console, ptmx, pts, tun, and mknod without access), privileged ones may use every device.
+pub fn device_cgroup_rules(privileged: bool) -> Result<Vec<LinuxDeviceCgroup>> {
+    let rule = LinuxDeviceCgroupBuilder::default()
+        .allow(privileged)
+        .access("rwm")
+        .build()
+        .map_err(|e| RuntimeError::Internal(format!("device cgroup rule: {e}")))?;
+    Ok(vec![rule])
+}
+
+/// Removes `cap` from every set.
+pub fn drop_capability(caps: &mut LinuxCapabilities, cap: Capability) {
+    let without = |set: &Option<Capabilities>| {
+        set.clone().map(|mut set| {
+            set.remove(&cap);
+            set
+        })
+    };
+    let (bounding, effective, inheritable, permitted, ambient) = (
+        without(caps.bounding()),
+        without(caps.effective()),
+        without(caps.inheritable()),
+        without(caps.permitted()),
+        without(caps.ambient()),
+    );
+    caps.set_bounding(bounding)
+        .set_effective(effective)
+        .set_inheritable(inheritable)
+        .set_permitted(permitted)
+        .set_ambient(ambient);
+}
 
 /// Docker's (and containerd's) default capability set.
 pub const DEFAULT_CAPABILITIES: &[&str] = &[
@@ -61,9 +96,12 @@ fn parse_capability(name: &str) -> Result<Capability> {
         .map_err(|_| RuntimeError::invalid(format!("unknown capability {name:?}")))
 }
 
-/// Every capability the caps crate knows (what `privileged` and `add: [ALL]` grant).
+/// What `privileged` and `add: [ALL]` grant: every capability the runtime itself may hand on
+/// (its bounding set), as containerd does. Root of a container may lack some (here
+/// CAP_SYS_RESOURCE), and asking for one makes libcontainer's capset fail the start.
 pub fn all_capabilities() -> Capabilities {
-    caps::all()
+    let bounding = caps::read(None, caps::CapSet::Bounding).unwrap_or_else(|_| caps::all());
+    bounding
         .into_iter()
         .filter_map(|c| parse_capability(&c.to_string()).ok())
         .collect()
@@ -140,6 +178,19 @@ pub fn masked_and_readonly_paths(
         pick(security.map(|s| &s.masked_paths), DEFAULT_MASKED_PATHS),
         pick(security.map(|s| &s.readonly_paths), DEFAULT_READONLY_PATHS),
     )
+}
+
+/// /sys/fs/cgroup and each cgroup mount in it (parent first: a read-only remount covers only
+/// the mount it names).
+pub fn cgroup_readonly_paths(mounts: &[String]) -> Vec<String> {
+    std::iter::once("/sys/fs/cgroup".to_string())
+        .chain(
+            mounts
+                .iter()
+                .filter(|m| !m.is_empty() && !m.contains('/') && *m != "." && *m != "..")
+                .map(|m| format!("/sys/fs/cgroup/{m}")),
+        )
+        .collect()
 }
 
 /// RLIMIT_NOFILE as containerd sets it, capped at `max` (the runtime's own hard limit: raising

@@ -75,6 +75,7 @@ impl Case {
             max_nofile: u64::MAX,
             ids: &IdMapping::host(),
             localhost_seccomp: self.localhost_seccomp,
+            cgroup_mounts: &["pids".to_string(), "cpu,cpuacct".to_string()],
         })
     }
 }
@@ -133,7 +134,9 @@ fn image_defaults_fill_the_process() {
             .unwrap()
             .contains(&"/proc/kcore".to_string())
     );
-    assert!(out.warnings.is_empty());
+    // Only the notice that no device cgroup holds mknod back.
+    assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+    assert!(out.warnings[0].contains("CAP_MKNOD"));
 }
 
 #[test]
@@ -368,4 +371,89 @@ fn seccomp_profiles_reach_the_spec() {
     case.localhost_seccomp = Some("{");
     let err = seccomp(&case).unwrap_err();
     assert!(err.to_string().contains("deny-chmod.json"), "{err}");
+}
+
+fn bounding(out: &ContainerSpec) -> Vec<Capability> {
+    let caps = out.spec.process().as_ref().unwrap().capabilities().clone();
+    caps.unwrap()
+        .bounding()
+        .clone()
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn device_cgroup_denies_all_but_the_defaults_unless_privileged() {
+    let mut case = Case::new();
+    case.cgroups = Some("/runp/pod/ctr".into());
+    let out = case.build().unwrap();
+    let res = out
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .resources()
+        .clone()
+        .unwrap();
+    let rules = res.devices().clone().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert!(!rules[0].allow(), "unprivileged: deny everything first");
+    assert_eq!(rules[0].access().as_deref(), Some("rwm"));
+    assert!(rules[0].major().is_none() && rules[0].minor().is_none());
+    assert!(
+        bounding(&out).contains(&Capability::Mknod),
+        "containerd keeps MKNOD"
+    );
+
+    case.config.linux = security(|sc| sc.privileged = true);
+    case.sandbox.linux = Some(api::LinuxPodSandboxConfig {
+        security_context: Some(api::LinuxSandboxSecurityContext {
+            privileged: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let out = case.build().unwrap();
+    let res = out
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .resources()
+        .clone()
+        .unwrap();
+    let rules = res.devices().clone().unwrap();
+    assert!(rules[0].allow(), "privileged: every device");
+    let ro = out.spec.linux().as_ref().unwrap().readonly_paths().clone();
+    assert!(ro.unwrap_or_default().is_empty());
+}
+
+#[test]
+fn own_cgroup_files_are_read_only() {
+    let out = Case::new().build().unwrap();
+    let ro = out
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .readonly_paths()
+        .clone()
+        .unwrap();
+    let at = |p: &str| ro.iter().position(|r| r == p);
+    let parent = at("/sys/fs/cgroup").expect("cgroup root read-only");
+    assert!(parent < at("/sys/fs/cgroup/pids").expect("pids read-only"));
+    assert!(at("/sys/fs/cgroup/cpu,cpuacct").is_some());
+}
+
+#[test]
+fn without_a_device_cgroup_mknod_is_dropped() {
+    let mut case = Case::new();
+    let out = case.build().unwrap();
+    assert!(!bounding(&out).contains(&Capability::Mknod));
+    assert!(out.warnings.iter().any(|w| w.contains("CAP_MKNOD")));
+    // In a user namespace the kernel refuses device nodes anyway: capabilities as asked.
+    case.rootless = true;
+    let out = case.build().unwrap();
+    assert!(bounding(&out).contains(&Capability::Mknod));
 }
