@@ -23,7 +23,7 @@ enum Command {
     #[command(subcommand)]
     Image(cli::image::ImageCommand),
     /// Run the pods of a manifest directory and keep them converged.
-    Agent(cli::agent::AgentArgs),
+    Agent(Box<cli::agent::AgentArgs>),
     /// Serve the CRI (RuntimeService + ImageService) over gRPC, backed by the process runtime.
     Serve(cli::serve::ServeArgs),
     /// List pods (from the agent's status files).
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Image(cmd) => cli::image::run(&cli.global, cmd).await,
-            Command::Agent(args) => cli::agent::run(&cli.global, args).await,
+            Command::Agent(args) => cli::agent::run(&cli.global, *args).await,
             Command::Serve(args) => cli::serve::run(&cli.global, args).await,
             Command::Pods(args) => cli::pods::pods(&cli.global, args),
             Command::Ps => cli::pods::ps(&cli.global),
