@@ -12,10 +12,12 @@ use clap::Args;
 use runp::cri::client::{RemoteOptions, RemoteRuntime};
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{ImageService, RuntimeService};
+use runp::kubelet::apiclient::{ApiClient, ClientSource, client_source};
 use runp::kubelet::clock::SystemClock;
 use runp::kubelet::config::AgentConfig;
 use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
+use runp::kubelet::node::{NodeAgent, NodeHandle, NodeOptions, RawNodeFlags};
 use runp::kubelet::podconfig::{ManifestSource, SourceOptions, VolumeManager};
 use runp::kubelet::{Agent, AgentParts};
 use std::collections::HashSet;
@@ -45,8 +47,9 @@ pub struct AgentArgs {
     /// `none` to serve nothing).
     #[arg(long)]
     pub listen: Option<String>,
-    /// Node name given to pods.
-    #[arg(long, default_value = "runp-node")]
+    /// Node name (the Node registered with --kubeconfig; given to pods). Default: the
+    /// hostname, lower-cased, as kubelet.
+    #[arg(long, default_value_t = runp::kubelet::node::options::default_node_name())]
     pub node_name: String,
     /// Node IP (status.hostIP, and the pod IP of hostNetwork pods).
     #[arg(long, default_value = "127.0.0.1")]
@@ -107,6 +110,41 @@ impl AgentArgs {
         config.container_log_max_files = self.container_log_max_files;
         config
     }
+
+    /// The node's registration options (checked before anything starts).
+    pub fn node_options(&self, global: &GlobalOpts) -> anyhow::Result<NodeOptions> {
+        let cluster = &self.cluster;
+        Ok(NodeOptions::parse(&RawNodeFlags {
+            node_name: &self.node_name,
+            node_labels: &cluster.node_labels,
+            register_with_taints: &cluster.register_with_taints,
+            max_pods: cluster.max_pods,
+            system_reserved: &cluster.system_reserved,
+            node_ip: Some(self.node_ip),
+            kubelet_port: cluster.kubelet_port,
+            root: global.root.clone(),
+        })?)
+    }
+}
+
+/// Connects to the API server and starts the node agent (registration, status, Lease).
+async fn start_node(
+    cluster: &ClusterArgs,
+    opts: NodeOptions,
+    runtime: Arc<dyn RuntimeService>,
+) -> anyhow::Result<NodeHandle> {
+    let source = if cluster.in_cluster {
+        ClientSource::InCluster
+    } else {
+        client_source(cluster.kubeconfig.as_deref())
+    };
+    let api = ApiClient::connect(&source)
+        .await
+        .context("connecting to the API server")?;
+    let name = opts.node_name.clone();
+    NodeAgent::start(api, runtime, opts, Arc::new(SystemClock))
+        .await
+        .with_context(|| format!("registering node {name}"))
 }
 
 /// Logs manifest problems (file and reason) once each.
@@ -135,6 +173,10 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         args.image_gc_high_threshold
     );
     let config = args.config(global);
+    let node_options = match args.cluster.enabled() {
+        true => Some(args.node_options(global)?),
+        false => None,
+    };
     let mut served = None;
     let (runtime, images): (Arc<dyn RuntimeService>, Arc<dyn ImageService>) = match args.runtime {
         RuntimeKind::Remote => {
@@ -181,6 +223,10 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             pair
         }
     };
+    let node = match node_options {
+        Some(opts) => Some(start_node(&args.cluster, opts, runtime.clone()).await?),
+        None => None,
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     let manifests = args
         .manifests
@@ -218,6 +264,10 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
     problems.abort();
+    if let Some(node) = node {
+        // The Node stays registered (and its pods running); only the heartbeat stops.
+        node.stop().await;
+    }
     if let Some((stop, server)) = served {
         let _ = stop.send(());
         match server.await {

@@ -24,4 +24,14 @@ pub struct ClusterArgs {
     /// Resources held back from pods (`cpu=500m,memory=1Gi,ephemeral-storage=1Gi,pid=1000`).
     #[arg(long, value_delimiter = ',')]
     pub system_reserved: Vec<String>,
+    /// Port announced as the Node's kubelet endpoint (status.daemonEndpoints).
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+}
+
+impl ClusterArgs {
+    /// Whether the agent joins a cluster (a kubeconfig or the in-cluster config is given).
+    pub fn enabled(&self) -> bool {
+        self.kubeconfig.is_some() || self.in_cluster
+    }
 }
