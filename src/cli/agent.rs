@@ -16,7 +16,9 @@ use runp::kubelet::clock::SystemClock;
 use runp::kubelet::config::AgentConfig;
 use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
-use runp::kubelet::podconfig::{ManifestSource, SourceOptions, VolumeManager};
+use runp::kubelet::podconfig::{
+    ManifestSource, ObjectSource, ObjectStore, SourceOptions, VolumeManager,
+};
 use runp::kubelet::{Agent, AgentParts};
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -182,18 +184,22 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         }
     };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let manifests = args
-        .manifests
-        .clone()
-        .context("the API pod source (--kubeconfig) is not wired yet: give --manifests")?;
-    let (source, objects) =
-        ManifestSource::spawn_with(manifests, tx, SourceOptions::from_config(&config))
-            .context("reading the manifest directory")?;
+    let node_pods = super::cluster_pods::start(&args.cluster, &config.node_name, &tx).await?;
+    // With the API source too, manifest pods are the node's static pods.
+    let (source, objects) = match args.manifests.clone() {
+        Some(dir) => {
+            let (source, objects) =
+                ManifestSource::spawn_with(dir, tx, SourceOptions::from_config(&config))
+                    .context("reading the manifest directory")?;
+            (Some(source), objects)
+        }
+        None => (None, Arc::new(ObjectStore::new()) as Arc<dyn ObjectSource>),
+    };
     let environment = Arc::new(PodConfigEnvironment::new(
         VolumeManager::new(config.clone()),
         config.clone(),
     ));
-    let agent = Agent::new(AgentParts {
+    let mut agent = Agent::new(AgentParts {
         runtime,
         images,
         config,
@@ -207,7 +213,11 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             ..ImageGcPolicy::default()
         },
     });
+    if let Some(node_pods) = &node_pods {
+        agent = node_pods.attach(agent);
+    }
     let problems = tokio::spawn(async move {
+        let Some(source) = source else { return };
         let mut seen = HashSet::new();
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -218,6 +228,9 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
     problems.abort();
+    if let Some(node_pods) = &node_pods {
+        node_pods.stop();
+    }
     if let Some((stop, server)) = served {
         let _ = stop.send(());
         match server.await {

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod cluster_pods;
 pub mod exec;
 pub mod image;
 pub mod internal;
