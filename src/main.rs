@@ -17,6 +17,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start; the agent's many flags make its variant big, which costs nothing here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Manage images in the image store.

@@ -18,7 +18,10 @@ use runp::kubelet::config::AgentConfig;
 use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
 use runp::kubelet::node::{NodeAgent, NodeHandle, NodeOptions, RawNodeFlags};
-use runp::kubelet::podconfig::{ManifestSource, SourceOptions, VolumeManager};
+use runp::kubelet::podconfig::{
+    ManifestSource, ObjectSource, ObjectStore, SourceOptions, VolumeManager,
+};
+use runp::kubelet::source::apiserver::NodePods;
 use runp::kubelet::{Agent, AgentParts};
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -128,11 +131,12 @@ impl AgentArgs {
 }
 
 /// Connects to the API server and starts the node agent (registration, status, Lease).
-async fn start_node(
-    cluster: &ClusterArgs,
-    opts: NodeOptions,
-    runtime: Arc<dyn RuntimeService>,
-) -> anyhow::Result<NodeHandle> {
+/// Connects once to the API server when the node joins a cluster (`--kubeconfig`, `KUBECONFIG`
+/// or `--in-cluster`); None without a cluster.
+async fn connect_cluster(cluster: &ClusterArgs) -> anyhow::Result<Option<ApiClient>> {
+    if !cluster.enabled() {
+        return Ok(None);
+    }
     let source = if cluster.in_cluster {
         ClientSource::InCluster
     } else {
@@ -141,6 +145,14 @@ async fn start_node(
     let api = ApiClient::connect(&source)
         .await
         .context("connecting to the API server")?;
+    Ok(Some(api))
+}
+
+async fn start_node(
+    api: ApiClient,
+    opts: NodeOptions,
+    runtime: Arc<dyn RuntimeService>,
+) -> anyhow::Result<NodeHandle> {
     let name = opts.node_name.clone();
     NodeAgent::start(api, runtime, opts, Arc::new(SystemClock))
         .await
@@ -223,23 +235,30 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             pair
         }
     };
-    let node = match node_options {
-        Some(opts) => Some(start_node(&args.cluster, opts, runtime.clone()).await?),
-        None => None,
+    let api = connect_cluster(&args.cluster).await?;
+    let node = match (&api, node_options) {
+        (Some(api), Some(opts)) => Some(start_node(api.clone(), opts, runtime.clone()).await?),
+        _ => None,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let manifests = args
-        .manifests
+    let node_pods = api
         .clone()
-        .context("the API pod source (--kubeconfig) is not wired yet: give --manifests")?;
-    let (source, objects) =
-        ManifestSource::spawn_with(manifests, tx, SourceOptions::from_config(&config))
-            .context("reading the manifest directory")?;
+        .map(|api| NodePods::start(api, &config.node_name, tx.clone()));
+    // With the API source too, manifest pods are the node's static pods.
+    let (source, objects) = match args.manifests.clone() {
+        Some(dir) => {
+            let (source, objects) =
+                ManifestSource::spawn_with(dir, tx, SourceOptions::from_config(&config))
+                    .context("reading the manifest directory")?;
+            (Some(source), objects)
+        }
+        None => (None, Arc::new(ObjectStore::new()) as Arc<dyn ObjectSource>),
+    };
     let environment = Arc::new(PodConfigEnvironment::new(
         VolumeManager::new(config.clone()),
         config.clone(),
     ));
-    let agent = Agent::new(AgentParts {
+    let mut agent = Agent::new(AgentParts {
         runtime,
         images,
         config,
@@ -253,7 +272,11 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             ..ImageGcPolicy::default()
         },
     });
+    if let Some(node_pods) = &node_pods {
+        agent = node_pods.attach(agent);
+    }
     let problems = tokio::spawn(async move {
+        let Some(source) = source else { return };
         let mut seen = HashSet::new();
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -264,6 +287,9 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
     problems.abort();
+    if let Some(node_pods) = &node_pods {
+        node_pods.stop();
+    }
     if let Some(node) = node {
         // The Node stays registered (and its pods running); only the heartbeat stops.
         node.stop().await;

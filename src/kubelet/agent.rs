@@ -19,6 +19,7 @@ use crate::kubelet::pleg::{Pleg, PlegHealth};
 use crate::kubelet::podconfig::{ObjectSource, PodEvent};
 use crate::kubelet::prober::manager::ProbeManager;
 use crate::kubelet::status::StatusManager;
+use crate::kubelet::status::manager::StatusSink;
 use crate::kubelet::worker::{PodWorkers, SyncDeps};
 use std::collections::HashMap;
 use std::future::Future;
@@ -79,7 +80,12 @@ pub struct Agent {
     events: Option<mpsc::Receiver<PodEvent>>,
     probe_updates: mpsc::UnboundedReceiver<crate::kubelet::prober::manager::ProbeUpdate>,
     image_gc: ImageGcPolicy,
+    sources_ready: Option<SourcesReady>,
 }
+
+/// Whether the pod sources have reported every pod they have (the API source once its first
+/// list is in): until then housekeeping must not take a pod the runtime runs for an orphan.
+pub type SourcesReady = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// One periodic background job that never runs twice at once.
 #[derive(Default)]
@@ -147,7 +153,22 @@ impl Agent {
             events: Some(parts.events),
             probe_updates,
             image_gc: parts.image_gc,
+            sources_ready: None,
         }
+    }
+
+    /// Housekeeping also waits for `ready` before it removes pods no source knows.
+    pub fn with_sources_ready(mut self, ready: SourcesReady) -> Agent {
+        self.sources_ready = Some(ready);
+        self
+    }
+
+    /// Statuses also go to `sink` (the API server), and so do terminations.
+    pub fn with_status_sink(self, sink: Arc<dyn StatusSink>) -> Agent {
+        if !self.deps.status.set_sink(sink) {
+            tracing::warn!("a status sink was already set; keeping the first");
+        }
+        self
     }
 
     pub fn handle(&self) -> AgentHandle {
@@ -234,7 +255,8 @@ impl Agent {
                 _ = housekeeping_tick.tick() => {
                     let now = deps.clock.now();
                     let sources_ready = now.saturating_duration_since(started) >= timings.housekeeping
-                        && self.events.as_ref().is_none_or(|rx| rx.is_empty());
+                        && self.events.as_ref().is_none_or(|rx| rx.is_empty())
+                        && self.sources_ready.as_ref().is_none_or(|ready| ready());
                     let (deps, workers, orphans) =
                         (Arc::clone(&deps), Arc::clone(&self.workers), orphans.clone());
                     housekeeping_job.start(async move {

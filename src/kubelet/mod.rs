@@ -24,6 +24,7 @@ pub mod pleg;
 pub mod podconfig;
 pub mod prober;
 pub mod runtime_pod;
+pub mod source;
 pub mod status;
 pub mod termination;
 pub mod worker;

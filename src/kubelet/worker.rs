@@ -16,6 +16,7 @@ use crate::kubelet::podconfig::convert::pod_log_directory;
 use crate::kubelet::podconfig::pod_identity;
 use crate::kubelet::prober::manager::ProbeManager;
 use crate::kubelet::runtime_pod::{RuntimePod, inspect_pod};
+use crate::kubelet::status::generate::set_terminal_phase;
 use crate::kubelet::status::{StatusInputs, StatusManager, Waiting, generate_pod_status};
 use crate::kubelet::termination::fill_messages;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -43,6 +44,9 @@ struct Pending {
     sync: bool,
     /// Terminate, with an optional grace period override.
     terminate: Option<Option<i64>>,
+    /// The worker took a termination request: later updates of a deleted pod must not
+    /// start it again.
+    terminating: bool,
     /// The worker exited; updates must start a new one.
     closed: bool,
 }
@@ -81,26 +85,43 @@ impl PodWorkers {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new pod or a new spec of a known one.
+    /// A new pod or a new spec of a known one. A pod with a `deletionTimestamp` (deleted in
+    /// the API server) is terminated within its `deletionGracePeriodSeconds`.
     pub fn update(&self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else {
             tracing::warn!(pod = ?pod.metadata.name, "ignoring a pod without a uid");
             return;
         };
+        let deleted = pod
+            .metadata
+            .deletion_timestamp
+            .is_some()
+            .then_some(pod.metadata.deletion_grace_period_seconds);
         let mut workers = self.workers();
         if let Some(handle) = workers.get(&uid) {
             let mut pending = handle.slot.lock();
             if !pending.closed {
+                if deleted.is_some() && pending.terminating {
+                    // Already stopping: a deleted pod never comes back under its uid.
+                    return;
+                }
                 pending.pod = Some(pod);
-                // Re-added before its termination started: keep it.
-                pending.terminate = None;
+                // Re-added before its termination started: keep it (unless deleted).
+                pending.terminate = deleted;
                 drop(pending);
                 handle.slot.notify.notify_one();
                 return;
             }
+            if deleted.is_some() {
+                // Terminated already; its deletion finished with it.
+                return;
+            }
         }
         let slot = Arc::new(Slot {
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Pending {
+                terminate: deleted,
+                ..Pending::default()
+            }),
             notify: Notify::new(),
         });
         let task = tokio::spawn(run(Arc::clone(&self.deps), Arc::clone(&slot), pod));
@@ -198,7 +219,9 @@ async fn run(deps: Arc<SyncDeps>, slot: Arc<Slot>, pod: Pod) {
         let (pod, terminate) = {
             let mut pending = slot.lock();
             pending.sync = false;
-            (pending.pod.take(), pending.terminate.take())
+            let terminate = pending.terminate.take();
+            pending.terminating |= terminate.is_some();
+            (pending.pod.take(), terminate)
         };
         if let Some(pod) = pod {
             state.pod = pod;
@@ -208,13 +231,14 @@ async fn run(deps: Arc<SyncDeps>, slot: Arc<Slot>, pod: Pod) {
             let mut pending = slot.lock();
             match pending.pod.take() {
                 // Re-added while terminating: start over with the new spec.
-                Some(pod) => {
+                Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                    pending.terminating = false;
                     drop(pending);
                     state = WorkerState::new(&deps, pod);
                     next_sync = deps.clock.now();
                     continue;
                 }
-                None => {
+                _ => {
                     pending.closed = true;
                     return;
                 }
@@ -362,10 +386,24 @@ pub async fn terminate_pod(deps: &SyncDeps, pod: &Pod, grace: Option<i64>) {
         delay *= 2;
     }
     if let Some(rt) = inspect(deps, pod, &uid).await {
+        // The final status (containers terminated, terminal phase) before the records go.
+        let mut status = generate_pod_status(&StatusInputs {
+            pod,
+            runtime: &rt,
+            waiting: &HashMap::new(),
+            probes: &deps.probes.results(),
+            previous: deps.status.status(&uid).as_ref(),
+            host_ip: &deps.config.node_ip.to_string(),
+            now: deps.clock.wall(),
+        });
+        set_terminal_phase(&mut status);
+        if let Err(err) = deps.status.set(pod, status) {
+            tracing::warn!(pod = %uid, error = %err, "cannot write the pod status");
+        }
         deps.executor.remove_pod(&rt).await;
     }
     cleanup_pod_files(deps, &uid, Some(&log_dir(deps, pod)));
-    deps.status.remove(&uid);
+    deps.status.terminated(pod);
     tracing::info!(pod = %uid, "pod terminated");
 }
 

@@ -3,6 +3,7 @@
 //! times and the start time). Follows the kubelet's `generateAPIPodStatus`/`getPhase`.
 
 use crate::kubelet::actions::{RestartPolicy, init_progress, should_restart};
+use crate::kubelet::podconfig::resources::qos_class;
 use crate::kubelet::prober::results::{ProbeKind, ProbeResult, ProbeResults};
 use crate::kubelet::runtime_pod::{ContainerView, RunState, RuntimePod};
 use k8s_openapi::api::core::v1::{
@@ -355,6 +356,15 @@ pub fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
             now,
         ),
         condition(previous, "Ready", ready, ready_reason, ready_message, now),
+        // Kubelet's name for "the sandbox is up and its network configured".
+        condition(
+            previous,
+            "PodReadyToStartContainers",
+            rt.ready_sandbox().is_some(),
+            None,
+            None,
+            now,
+        ),
     ];
 
     let host_network = spec.host_network.unwrap_or(false);
@@ -381,8 +391,21 @@ pub fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
             .or_else(|| k8s_time(now)),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(main_statuses),
+        qos_class: Some(qos_class(inputs.pod).as_str().to_string()),
         ..Default::default()
     }
+}
+
+/// The phase of a pod whose containers were all stopped for good (deleted, or its source
+/// removed it): as kubelet does for a terminal pod, `Succeeded` when every container exited 0,
+/// else `Failed`, whatever the restart policy. A pod already terminal keeps its phase.
+pub fn set_terminal_phase(status: &mut PodStatus) {
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return;
+    }
+    let main = status.container_statuses.as_deref().unwrap_or_default();
+    let succeeded = !main.is_empty() && main.iter().all(|s| is_terminated_with(s, true));
+    status.phase = Some(if succeeded { "Succeeded" } else { "Failed" }.to_string());
 }
 
 #[cfg(test)]

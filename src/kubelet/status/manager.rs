@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 struct Entry {
     path: PathBuf,
@@ -16,10 +16,21 @@ struct Entry {
     written: Option<Vec<u8>>,
 }
 
+/// Where pod statuses go besides the status files: the API server, for a cluster node. Calls
+/// must not block (the sink queues and sends on its own).
+pub trait StatusSink: Send + Sync {
+    /// The status of `pod` changed.
+    fn status_changed(&self, pod: &Pod, status: &PodStatus);
+    /// The pod was stopped for good and its runtime objects removed; its final status went to
+    /// [`status_changed`](Self::status_changed) first.
+    fn pod_terminated(&self, pod: &Pod);
+}
+
 /// Latest pod statuses and their files.
 pub struct StatusManager {
     dir: PathBuf,
     entries: Mutex<HashMap<String, Entry>>,
+    sink: OnceLock<Arc<dyn StatusSink>>,
 }
 
 /// Status file name of a pod.
@@ -38,7 +49,13 @@ impl StatusManager {
         StatusManager {
             dir,
             entries: Mutex::new(HashMap::new()),
+            sink: OnceLock::new(),
         }
+    }
+
+    /// Also sends statuses to `sink` (once; false when a sink was already set).
+    pub fn set_sink(&self, sink: Arc<dyn StatusSink>) -> bool {
+        self.sink.set(sink).is_ok()
     }
 
     pub fn dir(&self) -> &Path {
@@ -96,6 +113,9 @@ impl StatusManager {
         if unchanged {
             return Ok(false);
         }
+        if let (Some(sink), Some(status)) = (self.sink.get(), entry.pod.status.as_ref()) {
+            sink.status_changed(pod, status);
+        }
         entry.written = None;
         std::fs::create_dir_all(&self.dir)?;
         write_atomic(&entry.path, &bytes)?;
@@ -122,6 +142,16 @@ impl StatusManager {
                 Err(err) => tracing::warn!(path = %entry.path.display(), error = %err,
                     "cannot write pod status file"),
             }
+        }
+    }
+
+    /// The pod was stopped for good: forgets it and tells the sink.
+    pub fn terminated(&self, pod: &Pod) {
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            self.remove(uid);
+        }
+        if let Some(sink) = self.sink.get() {
+            sink.pod_terminated(pod);
         }
     }
 
