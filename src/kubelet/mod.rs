@@ -19,6 +19,7 @@ pub mod gc;
 pub mod housekeeping;
 pub mod kill;
 pub mod labels;
+pub mod objects;
 pub mod pleg;
 pub mod podconfig;
 pub mod prober;
