@@ -131,7 +131,10 @@ impl Cluster {
     /// `kubectl apply -f -` of `yaml` as admin.
     pub fn apply(&self, yaml: &str) {
         let mut child = Command::new(self.var("KUBECTL"))
-            .arg(format!("--kubeconfig={}", self.admin_kubeconfig().display()))
+            .arg(format!(
+                "--kubeconfig={}",
+                self.admin_kubeconfig().display()
+            ))
             .args(["apply", "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
