@@ -114,6 +114,14 @@ struct SandboxContext {
 }
 
 impl Executor {
+    /// Rewrites the volumes of a running pod from the current objects (unchanged files stay).
+    pub fn refresh_volumes(&self, pod: &Pod) {
+        if let Err(message) = self.environment.setup_volumes(pod, self.objects.as_ref()) {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            tracing::warn!(pod = %uid, "cannot refresh the pod's volumes: {message}");
+        }
+    }
+
     /// Runs `actions` for `pod` whose runtime state is `rt`. Pull failures and retries are
     /// recorded in `pull_backoff`.
     pub async fn execute(

@@ -20,6 +20,7 @@ pub mod housekeeping;
 pub mod kill;
 pub mod labels;
 pub mod node;
+pub mod objects;
 pub mod pleg;
 pub mod podconfig;
 pub mod prober;

@@ -342,6 +342,14 @@ async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> 
         }
         rt_now = inspect(deps, &state.pod, &uid).await.unwrap_or(rt);
     }
+    // A running pod's configMap/secret/token files follow their objects (kubelet remounts
+    // them on every sync); a sync that starts something set them up already.
+    let set_up = actions.create_sandbox.is_some()
+        || actions.next_init_container.is_some()
+        || !actions.containers_to_start.is_empty();
+    if !actions.kill_pod && !set_up && rt_now.ready_sandbox().is_some() {
+        deps.executor.refresh_volumes(&state.pod);
+    }
     state.restart_backoff.gc(now, |_| true);
     state.pull_backoff.gc(now, |_| true);
 

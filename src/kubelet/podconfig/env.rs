@@ -7,6 +7,7 @@ use super::expansion;
 use super::fieldpath::{self, FieldError, NodeResources, PodRuntimeInfo};
 use super::names::is_env_var_name;
 use super::objects::secret_entries;
+use super::service_env::service_env;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, Pod};
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,6 +77,15 @@ impl EnvList {
 pub fn container_env(ctx: &EnvContext<'_>) -> Result<EnvList, EnvError> {
     let namespace = ctx.pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut env = EnvList::default();
+    // Service variables first: `$(VAR)` may refer to them, and the container's own win.
+    let links = ctx.pod.spec.as_ref().and_then(|s| s.enable_service_links);
+    let mut services = ctx.objects.services(namespace);
+    if namespace != "default" {
+        services.extend(ctx.objects.services("default"));
+    }
+    for (name, value) in service_env(namespace, links.unwrap_or(true), &services) {
+        env.set(name, value);
+    }
     for source in ctx.container.env_from.iter().flatten() {
         let prefix = source.prefix.as_deref().unwrap_or("");
         let (kind, name, optional, entries) = if let Some(cm_ref) = &source.config_map_ref {
@@ -270,8 +280,10 @@ mod tests {
     }
 
     fn env_of(container: serde_json::Value) -> Result<Vec<(String, String)>, EnvError> {
-        let pod = pod(container);
-        let objects = objects();
+        env_with(pod(container), &objects())
+    }
+
+    fn env_with(pod: Pod, objects: &Objects) -> Result<Vec<(String, String)>, EnvError> {
         let info = PodRuntimeInfo {
             node_name: "node-1".into(),
             host_ips: vec!["192.168.1.2".into()],
@@ -285,7 +297,7 @@ mod tests {
         let ctx = EnvContext {
             pod: &pod,
             container: &pod.spec.as_ref().unwrap().containers[0],
-            objects: &objects,
+            objects,
             info: &info,
             node: &node,
         };
@@ -374,6 +386,46 @@ mod tests {
         for (what, container, expected) in cases {
             assert_eq!(env_of(container).expect(what), expected, "{what}");
         }
+    }
+
+    #[test]
+    fn service_variables_come_first_and_the_container_env_wins() {
+        let mut objects = objects();
+        for (namespace, name, ip) in [
+            ("default", "kubernetes", "10.0.0.1"),
+            ("ns", "db", "10.0.0.5"),
+        ] {
+            objects.1.push(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"clusterIP": ip, "ports": [{"port": 443}]}
+                }))
+                .unwrap(),
+            );
+        }
+        let container = serde_json::json!({"name": "c", "env": [
+            {"name": "DB_SERVICE_PORT", "value": "5432"},
+            {"name": "URL", "value": "https://$(KUBERNETES_SERVICE_HOST):$(DB_SERVICE_PORT)"}]});
+        let env = env_with(pod(container.clone()), &objects).unwrap();
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        };
+        assert_eq!(env[0], ("DB_SERVICE_HOST".into(), "10.0.0.5".into()));
+        assert_eq!(get(&env, "DB_SERVICE_PORT").as_deref(), Some("5432"));
+        assert_eq!(
+            get(&env, "KUBERNETES_PORT").as_deref(),
+            Some("tcp://10.0.0.1:443")
+        );
+        assert_eq!(get(&env, "URL").as_deref(), Some("https://10.0.0.1:5432"));
+        // enableServiceLinks: false keeps the master service only.
+        let mut no_links = pod(container);
+        no_links.spec.as_mut().unwrap().enable_service_links = Some(false);
+        let env = env_with(no_links, &objects).unwrap();
+        assert_eq!(get(&env, "DB_SERVICE_HOST"), None);
+        assert_eq!(
+            get(&env, "KUBERNETES_SERVICE_HOST").as_deref(),
+            Some("10.0.0.1")
+        );
     }
 
     #[test]

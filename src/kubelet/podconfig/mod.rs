@@ -19,6 +19,7 @@ pub mod objects;
 pub mod quantity;
 pub mod resources;
 pub mod security;
+pub mod service_env;
 pub mod source;
 pub mod store;
 pub mod validate;
@@ -35,7 +36,9 @@ pub use volumes::{MountHook, PodVolumes, VolumeError, VolumeManager};
 
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, Secret, Service, ServiceAccountTokenProjection,
+};
 
 /// Errors of the conversion: all are problems of the pod spec or its referenced objects.
 #[derive(Debug, thiserror::Error)]
@@ -53,10 +56,27 @@ pub enum PodConfigError {
     Env(#[from] env::EnvError),
 }
 
-/// Read access to the ConfigMaps and Secrets the agent knows about.
+/// Read access to the ConfigMaps and Secrets the agent knows about (and, with an API server,
+/// service-account tokens and Services).
 pub trait ObjectSource: Send + Sync {
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap>;
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret>;
+
+    /// The token issued for a projected `serviceAccountToken` source of `pod`; `None` when none
+    /// was issued (only an API server issues them).
+    fn service_account_token(
+        &self,
+        _pod: &Pod,
+        _source: &ServiceAccountTokenProjection,
+    ) -> Option<String> {
+        None
+    }
+
+    /// The Services of `namespace` (for the service environment variables); empty without an
+    /// API server.
+    fn services(&self, _namespace: &str) -> Vec<Service> {
+        Vec::new()
+    }
 }
 
 /// A change reported by a pod source. Pods are keyed by UID (static manifests get a stable one).
@@ -104,11 +124,18 @@ pub fn pod_identity(pod: &Pod) -> Result<(&str, &str, &str), PodConfigError> {
 pub(crate) mod test_objects {
     use super::{ObjectSource, ObjectStore};
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Pod, Secret, Service, ServiceAccountTokenProjection,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+    /// Objects, Services (any namespace) and issued tokens (by projected path).
     #[derive(Default)]
-    pub struct Objects(pub ObjectStore);
+    pub struct Objects(
+        pub ObjectStore,
+        pub Vec<Service>,
+        pub std::collections::BTreeMap<String, String>,
+    );
 
     fn meta(namespace: &str, name: &str) -> ObjectMeta {
         ObjectMeta {
@@ -150,6 +177,17 @@ pub(crate) mod test_objects {
         }
         fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
             self.0.secret(namespace, name)
+        }
+        fn service_account_token(
+            &self,
+            _pod: &Pod,
+            source: &ServiceAccountTokenProjection,
+        ) -> Option<String> {
+            self.2.get(&source.path).cloned()
+        }
+        fn services(&self, namespace: &str) -> Vec<Service> {
+            let in_namespace = |s: &&Service| s.metadata.namespace.as_deref() == Some(namespace);
+            self.1.iter().filter(in_namespace).cloned().collect()
         }
     }
 }

@@ -75,6 +75,13 @@ pub enum VolumeError {
         expected: &'static str,
         found: &'static str,
     },
+    #[error(
+        "volume {volume}: no serviceAccountToken issued for service account {service_account} (tokens come from the API server's TokenRequest)"
+    )]
+    NoToken {
+        volume: String,
+        service_account: String,
+    },
     #[error("volume {volume}: {what} is not supported")]
     Unsupported { volume: String, what: &'static str },
     #[error("volume {volume}: {reason}")]

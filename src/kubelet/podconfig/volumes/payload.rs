@@ -7,7 +7,9 @@ use crate::kubelet::podconfig::ObjectSource;
 use crate::kubelet::podconfig::defaults::DEFAULT_VOLUME_FILE_MODE;
 use crate::kubelet::podconfig::fieldpath::{self, NodeResources};
 use crate::kubelet::podconfig::objects::{config_map_entries, secret_entries};
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
+use k8s_openapi::api::core::v1::{
+    DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccountTokenProjection, Volume,
+};
 use std::collections::BTreeMap;
 
 /// What a payload is computed from.
@@ -143,6 +145,37 @@ fn downward_payload(
     Ok(payload)
 }
 
+/// The token file of a projected `serviceAccountToken` source (issued through the API server's
+/// TokenRequest; without one the volume cannot be set up).
+fn token_payload(
+    ctx: &PayloadContext<'_>,
+    volume: &str,
+    source: &ServiceAccountTokenProjection,
+    default_mode: Option<i32>,
+) -> Result<Payload, VolumeError> {
+    let service_account = ctx
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.as_deref())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default");
+    let token = ctx
+        .objects
+        .service_account_token(ctx.pod, source)
+        .ok_or_else(|| VolumeError::NoToken {
+            volume: volume.to_string(),
+            service_account: format!("{}/{service_account}", ctx.namespace),
+        })?;
+    let mut payload = Payload::new();
+    let file = FileProjection {
+        data: token.into_bytes(),
+        mode: file_mode(None, default_mode),
+    };
+    payload.insert(source.path.clone(), file);
+    Ok(payload)
+}
+
 /// The payload of an API-data volume; `None` for other volume types.
 pub fn volume_payload(
     ctx: &PayloadContext<'_>,
@@ -206,11 +239,8 @@ pub fn volume_payload(
             )
         } else if let Some(downward) = &source.downward_api {
             downward_payload(ctx, name, &downward.items, mode)
-        } else if source.service_account_token.is_some() {
-            Err(VolumeError::Unsupported {
-                volume: name.to_string(),
-                what: "projected serviceAccountToken (no API server issues tokens)",
-            })
+        } else if let Some(token) = &source.service_account_token {
+            token_payload(ctx, name, token, mode)
         } else {
             Err(VolumeError::Unsupported {
                 volume: name.to_string(),
@@ -246,6 +276,7 @@ mod tests {
     fn payload_of(volumes: serde_json::Value) -> Result<Vec<(String, String, u32)>, String> {
         let pod = pod(volumes);
         let mut objects = Objects::default();
+        objects.2.insert("token".into(), "eyJ.token".into());
         objects.add_config_map("ns", "cfg", &[("app.conf", "port=80"), ("extra", "e")]);
         objects.add_secret("ns", "sec", &[("password", "hunter2")]);
         let node = NodeResources {
@@ -327,6 +358,12 @@ mod tests {
                     ("password", "hunter2", 0o444),
                 ]),
             ),
+            (
+                json!([{"name": "v", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    {"configMap": {"name": "cfg", "items": [{"key": "extra", "path": "ca.crt"}]}}]}}]),
+                files(&[("ca.crt", "e", 0o644), ("token", "eyJ.token", 0o644)]),
+            ),
         ];
         for (volumes, expected) in cases {
             assert_eq!(payload_of(volumes.clone()), Ok(expected), "{volumes}");
@@ -353,8 +390,8 @@ mod tests {
                 "unsupported fieldPath",
             ),
             (
-                json!([{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]),
-                "serviceAccountToken",
+                json!([{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "other"}}]}}]),
+                "no serviceAccountToken issued for service account ns/default",
             ),
         ];
         for (volumes, expected) in cases {
