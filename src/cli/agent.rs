@@ -18,6 +18,7 @@ use runp::kubelet::config::AgentConfig;
 use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
 use runp::kubelet::node::{NodeAgent, NodeHandle, NodeOptions, RawNodeFlags};
+use runp::kubelet::objects::{ApiObjects, LayeredObjects};
 use runp::kubelet::podconfig::{
     ManifestSource, ObjectSource, ObjectStore, SourceOptions, VolumeManager,
 };
@@ -240,12 +241,14 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         (Some(api), Some(opts)) => Some(start_node(api.clone(), opts, runtime.clone()).await?),
         _ => None,
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    // Both sources feed `tx`; in a cluster, ApiObjects sits between them and the agent so each
+    // pod's ConfigMaps, Secrets and tokens are watched before its first sync.
+    let (tx, sources_rx) = tokio::sync::mpsc::channel(1024);
     let node_pods = api
         .clone()
         .map(|api| NodePods::start(api, &config.node_name, tx.clone()));
     // With the API source too, manifest pods are the node's static pods.
-    let (source, objects) = match args.manifests.clone() {
+    let (source, manifest_objects) = match args.manifests.clone() {
         Some(dir) => {
             let (source, objects) =
                 ManifestSource::spawn_with(dir, tx, SourceOptions::from_config(&config))
@@ -253,6 +256,22 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             (Some(source), objects)
         }
         None => (None, Arc::new(ObjectStore::new()) as Arc<dyn ObjectSource>),
+    };
+    let (rx, objects, middleware) = match &api {
+        Some(api) => {
+            let (agent_tx, agent_rx) = tokio::sync::mpsc::channel(1024);
+            let (api_objects, task) = ApiObjects::spawn(api.clone(), sources_rx, agent_tx);
+            let layered = LayeredObjects {
+                first: manifest_objects,
+                then: api_objects,
+            };
+            (
+                agent_rx,
+                Arc::new(layered) as Arc<dyn ObjectSource>,
+                Some(task),
+            )
+        }
+        None => (sources_rx, manifest_objects, None),
     };
     let environment = Arc::new(PodConfigEnvironment::new(
         VolumeManager::new(config.clone()),
@@ -287,6 +306,9 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
     problems.abort();
+    if let Some(middleware) = middleware {
+        middleware.abort();
+    }
     if let Some(node_pods) = &node_pods {
         node_pods.stop();
     }
