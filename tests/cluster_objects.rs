@@ -24,8 +24,6 @@ use runp::kubelet::objects::ApiObjects;
 use runp::kubelet::podconfig::{ObjectSource, PodEvent, VolumeManager};
 use runp::kubelet::{Agent, AgentParts};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use support::{AgentEnv, wait_for, wait_for_async};
 use tokio::sync::{mpsc, oneshot};
@@ -34,24 +32,7 @@ const NODE: &str = "objects-node";
 
 /// `kubectl <args>` as admin with `input` on stdin; its stdout (it must succeed).
 fn kubectl_stdin(cluster: &Cluster, args: &[&str], input: &str) -> String {
-    let mut child = Command::new(cluster.var("KUBECTL"))
-        .arg(format!(
-            "--kubeconfig={}",
-            cluster.admin_kubeconfig().display()
-        ))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = cluster.kubectl_stdin_as(&cluster.admin_kubeconfig(), args, input.as_bytes());
     assert!(
         out.status.success(),
         "kubectl {args:?}: {}",

@@ -8,8 +8,64 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
+
+/// Marks the exit code a wrapping shell writes as the last line of stderr.
+const RC_MARKER: &str = "__runp_test_rc=";
+
+/// Runs `program args` to completion with `input` on stdin. An in-process runtime's reaper may
+/// own every child's exit status (std's wait then fails with ECHILD), so the command runs under
+/// `sh`, which reports the exit code on stderr; std's status is used when it has it.
+pub fn run_command(program: &str, args: &[&str], envs: &[(&str, &Path)], input: &[u8]) -> Output {
+    let script = format!("\"$@\"; rc=$?; echo {RC_MARKER}$rc >&2; exit $rc");
+    let mut child = Command::new("sh")
+        .args(["-c", &script, "sh", program])
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr_pipe.read_to_end(&mut buf);
+        buf
+    });
+    let mut stdout = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut stdout);
+    let _ = writer.join();
+    let stderr_all = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).into_owned();
+    let (stderr, reported) = match stderr_all.rfind(RC_MARKER) {
+        Some(at) => {
+            let code = stderr_all[at + RC_MARKER.len()..]
+                .trim()
+                .parse::<i32>()
+                .ok();
+            (stderr_all[..at].to_string(), code)
+        }
+        None => (stderr_all, None),
+    };
+    let status = match child.wait() {
+        Ok(status) => status,
+        // The reaper took it: the shell's report stands (none: it was killed).
+        Err(_) => ExitStatus::from_raw(reported.map_or(9, |code| (code & 0xff) << 8)),
+    };
+    Output {
+        status,
+        stdout,
+        stderr: stderr.into_bytes(),
+    }
+}
 
 /// The control plane folder: `RUNP_K8S_DIR`, else ../shared/k8s beside the project.
 pub fn k8s_dir() -> PathBuf {
@@ -33,11 +89,9 @@ fn unavailable() -> Option<String> {
         ));
     }
     let has = |tool: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        run_command("sh", &["-c", &format!("command -v {tool}")], &[], b"")
+            .status
+            .success()
     };
     for tool in ["etcd", "openssl", "xz"] {
         if !has(tool) {
@@ -69,14 +123,18 @@ impl Cluster {
             .tempdir()
             .expect("temp dir");
         let cache = std::env::temp_dir().join("runp-k8s-bin-cache");
-        let out = Command::new("bash")
-            .arg(k8s_dir().join("start-cluster.sh"))
-            .arg(dir.path())
-            .env("K8S_BIN_CACHE", &cache)
-            .env("NODE_NAME", "runp-test-node")
-            .stdin(Stdio::null())
-            .output()
-            .expect("start-cluster.sh runs");
+        let script = k8s_dir().join("start-cluster.sh");
+        let out = run_command(
+            "env",
+            &[
+                "NODE_NAME=runp-test-node",
+                "bash",
+                &script.to_string_lossy(),
+                &dir.path().to_string_lossy(),
+            ],
+            &[("K8S_BIN_CACHE", &cache)],
+            b"",
+        );
         assert!(
             out.status.success(),
             "start-cluster.sh failed:\n{}\n{}",
@@ -108,13 +166,15 @@ impl Cluster {
 
     /// `kubectl` with `kubeconfig`.
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
-        Command::new(self.var("KUBECTL"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--request-timeout=10s")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("kubectl runs")
+        self.kubectl_stdin_as(kubeconfig, args, b"")
+    }
+
+    /// `kubectl` with `kubeconfig` and `input` on stdin.
+    pub fn kubectl_stdin_as(&self, kubeconfig: &Path, args: &[&str], input: &[u8]) -> Output {
+        let kubeconfig = format!("--kubeconfig={}", kubeconfig.display());
+        let mut all = vec![kubeconfig.as_str(), "--request-timeout=10s"];
+        all.extend_from_slice(args);
+        run_command(self.var("KUBECTL"), &all, &[], input)
     }
 
     /// `kubectl` as admin that must succeed; its stdout.
@@ -130,25 +190,11 @@ impl Cluster {
 
     /// `kubectl apply -f -` of `yaml` as admin.
     pub fn apply(&self, yaml: &str) {
-        let mut child = Command::new(self.var("KUBECTL"))
-            .arg(format!(
-                "--kubeconfig={}",
-                self.admin_kubeconfig().display()
-            ))
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(yaml.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = self.kubectl_stdin_as(
+            &self.admin_kubeconfig(),
+            &["apply", "-f", "-"],
+            yaml.as_bytes(),
+        );
         assert!(
             out.status.success(),
             "kubectl apply failed: {}\n{yaml}",
@@ -169,7 +215,7 @@ impl Cluster {
         )
         .unwrap();
         let run = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).output().unwrap();
+            let out = run_command("openssl", args, &[], b"");
             assert!(
                 out.status.success(),
                 "openssl {args:?}: {}",
@@ -256,13 +302,9 @@ fn rand_serial() -> u128 {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(k8s_dir().join("stop-cluster.sh"))
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let script = k8s_dir().join("stop-cluster.sh");
+        let dir = self.dir.path().to_string_lossy();
+        run_command("bash", &[&script.to_string_lossy(), &dir], &[], b"");
     }
 }
 
