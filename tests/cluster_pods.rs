@@ -3,7 +3,9 @@
 //! pods within their grace period and deletes the objects, and after a SIGKILL and restart
 //! cleans up what was deleted meanwhile without restarting what still exists. One control
 //! plane and one node for the whole binary; pods get `spec.nodeName` directly (no scheduler
-//! needed); the Node object is created by the admin and kept Ready by a heartbeat thread.
+//! needed); the agent registers its Node itself. The API server killed and restarted for a
+//! while: running pods keep running, a status that changed meanwhile reaches the API, and the
+//! watch resumes.
 
 #[path = "support/image.rs"]
 mod image;
@@ -22,8 +24,6 @@ use runtime::{LeakGuard, is_root, skip};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -47,6 +47,7 @@ impl AgentProcess {
             .arg("--root")
             .arg(root)
             .args(["agent", "--runtime", "process", "--node-name", NODE])
+            .args(["--node-ip", "127.0.0.1"])
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--pod-bridge", runtime::TEST_BRIDGE])
@@ -101,64 +102,6 @@ impl Drop for AgentProcess {
             let _ = child.kill();
             let _ = child.wait();
             eprintln!("agent log:\n{}", self.log());
-        }
-    }
-}
-
-/// Keeps the admin-made Node Ready (as a node agent's heartbeat would), so the node lifecycle
-/// controller does not mark its pods NotReady during the test.
-struct Heartbeat {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Heartbeat {
-    fn start(kubectl: String, admin: PathBuf) -> Heartbeat {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                let patch = serde_json::json!({"status": {
-                    "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-                    "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "test heartbeat", "lastHeartbeatTime": now,
-                        "lastTransitionTime": now}]}});
-                let _ = Command::new(&kubectl)
-                    .arg(format!("--kubeconfig={}", admin.display()))
-                    .args([
-                        "patch",
-                        "node",
-                        NODE,
-                        "--subresource=status",
-                        "--type=merge",
-                    ])
-                    .arg(format!("-p={patch}"))
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-                for _ in 0..50 {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        });
-        Heartbeat {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }
@@ -314,13 +257,6 @@ async fn api_pods_run_report_status_and_are_deleted() {
         "{}",
         String::from_utf8_lossy(&load.stderr)
     );
-    cluster.apply(&format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {NODE}\n  labels: {{kubernetes.io/hostname: {NODE}}}\n"
-    ));
-    let _heartbeat = Heartbeat::start(
-        cluster.var("KUBECTL").to_string(),
-        cluster.admin_kubeconfig(),
-    );
     let kubeconfig = cluster.node_kubeconfig(NODE);
     let log = root.join("agent.log");
     let agent = AgentProcess::spawn(root, &kubeconfig, log.clone());
@@ -442,18 +378,62 @@ async fn api_pods_run_report_status_and_are_deleted() {
     assert_eq!(main.restart_count, 0);
     assert_eq!(running_containers(&rt, &uid(&keep)).await.len(), 1);
 
+    // The API server killed and down for a while: the pod keeps running, a container that
+    // exits meanwhile is reported once the server is back, and new pods arrive again.
+    cluster.apply(&pod_yaml("outage", "Never", 1, "sleep 6; exit 4"));
+    let outage = wait_running(&cluster, "outage").await;
+    cluster.restart_apiserver(Duration::from_secs(15));
+    let reported = wait_for("outage's exit reported after the restart", || {
+        get_pod(&cluster, "outage")
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+    })
+    .await;
+    let exit = main_status(&reported)
+        .and_then(|s| s.state)
+        .and_then(|s| s.terminated)
+        .map(|t| t.exit_code);
+    assert_eq!(exit, Some(4));
+    let main = main_status(&get_pod(&cluster, "keep").unwrap()).unwrap();
+    assert_eq!(
+        main.container_id, keep_id,
+        "kept running through the outage"
+    );
+    assert_eq!(main.restart_count, 0);
+    cluster.apply(&pod_yaml("after", "Never", 1, "exit 0"));
+    wait_for("a pod created after the restart ran", || {
+        get_pod(&cluster, "after")
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+    })
+    .await;
+    wait_for("the node Ready again after the restart", || {
+        let out = cluster.kubectl(&[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+        ]);
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    })
+    .await;
+    let after = get_pod(&cluster, "after").unwrap();
+
     // Clean up through the agent.
-    for name in ["keep", "fail"] {
+    for name in ["keep", "fail", "outage", "after"] {
         cluster.kubectl_ok(&["delete", "pod", name, "--grace-period=1", "--wait=false"]);
     }
-    for name in ["keep", "fail"] {
+    for name in ["keep", "fail", "outage", "after"] {
         wait_for(&format!("{name} gone"), || {
             get_pod(&cluster, name).is_none().then_some(())
         })
         .await;
     }
     let started = Instant::now();
-    while sandboxes(&rt, &uid(&keep)).await > 0 || sandboxes(&rt, &uid(&failed)).await > 0 {
+    while sandboxes(&rt, &uid(&keep)).await > 0
+        || sandboxes(&rt, &uid(&failed)).await > 0
+        || sandboxes(&rt, &uid(&outage)).await > 0
+        || sandboxes(&rt, &uid(&after)).await > 0
+    {
         assert!(
             started.elapsed() < HANG_GUARD,
             "hang guard: sandboxes removed"

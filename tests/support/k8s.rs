@@ -281,6 +281,84 @@ impl Cluster {
         kubeconfig
     }
 
+    /// Kills the API server (SIGKILL: its watches break mid-stream), keeps it down for `down`,
+    /// then starts it again with the same command line and waits for /readyz. etcd and the
+    /// other components keep running.
+    pub fn restart_apiserver(&self, down: std::time::Duration) {
+        let pid = self
+            .apiserver_pid()
+            .expect("kube-apiserver in the pids file");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("apiserver cmdline");
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let gone = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|stat| {
+                    stat.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(true)
+        };
+        let started = std::time::Instant::now();
+        while !gone(pid) {
+            assert!(
+                started.elapsed().as_secs() < 30,
+                "kube-apiserver did not die"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::thread::sleep(down);
+        let log = self.dir.path().join("logs/kube-apiserver.log");
+        let script = format!(
+            "setsid \"$@\" </dev/null >>'{}' 2>&1 & echo $!",
+            log.display()
+        );
+        let mut args = vec!["-c", script.as_str(), "sh"];
+        args.extend(argv.iter().map(String::as_str));
+        let out = run_command("sh", &args, &[], b"");
+        let new_pid: i32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the new apiserver's pid");
+        let stat = std::fs::read_to_string(format!("/proc/{new_pid}/stat")).unwrap_or_default();
+        let start_time = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(19))
+            .unwrap_or("0")
+            .to_string();
+        let pids = self.dir.path().join("pids");
+        let kept: String = std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with("kube-apiserver "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(
+            &pids,
+            format!("{kept}kube-apiserver {new_pid} {start_time}\n"),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        while !self.kubectl(&["get", "--raw", "/readyz"]).status.success() {
+            assert!(
+                started.elapsed().as_secs() < 90,
+                "kube-apiserver not ready again after its restart"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+
     /// Stops the API server only (etcd and the others keep running), for outage tests.
     pub fn apiserver_pid(&self) -> Option<i32> {
         let pids = std::fs::read_to_string(self.dir.path().join("pids")).ok()?;
