@@ -7,7 +7,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use runp::kubelet::config::AgentConfig;
 use runp::kubelet::crilog;
-use runp::kubelet::podconfig::convert::pod_log_directory;
+use runp::kubelet::podconfig::spec::convert::pod_log_directory;
 use runp::kubelet::status::generate::CONTAINER_ID_SCHEME;
 use runp::kubelet::status::manager::read_status_file;
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -5,7 +5,7 @@
 
 use crate::cri::api;
 use crate::kubelet::labels;
-use crate::kubelet::podconfig::convert::pod_log_directory;
+use crate::kubelet::podconfig::spec::convert::pod_log_directory;
 use crate::kubelet::runtime_pod::inspect_pod;
 use crate::kubelet::worker::{PodWorkers, SyncDeps, cleanup_pod_files};
 use std::collections::{HashMap, HashSet};

@@ -6,7 +6,7 @@
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::labels;
-use crate::kubelet::podconfig::convert::pod_log_directory;
+use crate::kubelet::podconfig::spec::convert::pod_log_directory;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

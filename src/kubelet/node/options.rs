@@ -2,7 +2,7 @@
 //! `--register-with-taints`, `--system-reserved`, ...): bad input is refused at start with the
 //! flag and the offending item named.
 
-use crate::kubelet::podconfig::quantity::Quantity;
+use crate::kubelet::podconfig::spec::quantity::Quantity;
 use k8s_openapi::api::core::v1::Taint;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -197,12 +197,11 @@ pub fn parse_reserved(items: &[String]) -> Result<Reserved, OptionError> {
         let (name, value) = item
             .split_once('=')
             .ok_or_else(|| bad(FLAG, item, "expected resource=quantity"))?;
-        let quantity: Quantity =
-            value
-                .parse()
-                .map_err(|err: crate::kubelet::podconfig::quantity::QuantityError| {
-                    bad(FLAG, item, err.to_string())
-                })?;
+        let quantity: Quantity = value.parse().map_err(
+            |err: crate::kubelet::podconfig::spec::quantity::QuantityError| {
+                bad(FLAG, item, err.to_string())
+            },
+        )?;
         if quantity < Quantity::default() {
             return Err(bad(FLAG, item, "must not be negative"));
         }

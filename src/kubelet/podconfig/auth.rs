@@ -10,8 +10,8 @@
 //! `index.docker.io` / `docker.io`.
 
 use super::ObjectSource;
-use super::imageref::parse_image_name;
 use super::objects::secret_entries;
+use super::spec::imageref::parse_image_name;
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
 use base64::Engine as _;

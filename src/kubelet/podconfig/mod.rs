@@ -7,30 +7,19 @@
 //! - [`sandbox_config`], [`container_config`], [`container_hash`].
 
 pub mod auth;
-pub mod convert;
-pub mod defaults;
-pub mod dns;
-pub mod env;
-pub mod expansion;
-pub mod fieldpath;
-pub mod imageref;
-pub mod names;
 pub mod objects;
-pub mod quantity;
-pub mod resources;
-pub mod security;
-pub mod service_env;
 pub mod source;
+pub mod spec;
 pub mod store;
 pub mod validate;
 pub mod volumes;
 
 pub use auth::{pull_auth, pull_auths};
-pub use convert::{
+pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
+pub use spec::convert::{
     container_config, container_hash, sandbox_config, sandbox_config_with_resolv_conf,
 };
-pub use security::verify_run_as_non_root;
-pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
+pub use spec::security::verify_run_as_non_root;
 pub use store::{ObjectSet, ObjectStore};
 pub use volumes::{MountHook, PodVolumes, VolumeError, VolumeManager};
 
@@ -53,7 +42,7 @@ pub enum PodConfigError {
         reason: String,
     },
     #[error(transparent)]
-    Env(#[from] env::EnvError),
+    Env(#[from] spec::env::EnvError),
 }
 
 /// Read access to the ConfigMaps and Secrets the agent knows about (and, with an API server,

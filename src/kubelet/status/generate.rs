@@ -3,7 +3,7 @@
 //! times and the start time). Follows the kubelet's `generateAPIPodStatus`/`getPhase`.
 
 use crate::kubelet::actions::{RestartPolicy, init_progress, should_restart};
-use crate::kubelet::podconfig::resources::qos_class;
+use crate::kubelet::podconfig::spec::resources::qos_class;
 use crate::kubelet::prober::results::{ProbeKind, ProbeResult, ProbeResults};
 use crate::kubelet::runtime_pod::{ContainerView, RunState, RuntimePod};
 use k8s_openapi::api::core::v1::{

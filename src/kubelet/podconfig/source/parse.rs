@@ -1,7 +1,7 @@
 //! One manifest file → the Pods, ConfigMaps and Secrets it defines (multi-document YAML or JSON),
 //! with static-pod identity, API defaults and validation applied. Pure: the caller reads files.
 
-use crate::kubelet::podconfig::defaults::apply_pod_defaults;
+use crate::kubelet::podconfig::spec::defaults::apply_pod_defaults;
 use crate::kubelet::podconfig::store::object_key;
 use crate::kubelet::podconfig::validate::validate_pod;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};

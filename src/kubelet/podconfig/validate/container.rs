@@ -2,8 +2,10 @@
 
 use super::Errors;
 use super::volumes::check_relative_path;
-use crate::kubelet::podconfig::names::{check_dns1123_label, check_port_name, is_env_var_name};
-use crate::kubelet::podconfig::quantity::Quantity;
+use crate::kubelet::podconfig::spec::names::{
+    check_dns1123_label, check_port_name, is_env_var_name,
+};
+use crate::kubelet::podconfig::spec::quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 

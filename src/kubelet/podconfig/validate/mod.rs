@@ -4,7 +4,7 @@
 mod container;
 mod volumes;
 
-use super::names::{check_dns1123_label, check_dns1123_subdomain};
+use super::spec::names::{check_dns1123_label, check_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use std::collections::HashSet;
 use std::net::IpAddr;

@@ -1,9 +1,9 @@
 //! Volume validation.
 
 use super::Errors;
-use crate::kubelet::podconfig::defaults::volume_source_count;
-use crate::kubelet::podconfig::names::check_dns1123_label;
-use crate::kubelet::podconfig::quantity::Quantity;
+use crate::kubelet::podconfig::spec::defaults::volume_source_count;
+use crate::kubelet::podconfig::spec::names::check_dns1123_label;
+use crate::kubelet::podconfig::spec::quantity::Quantity;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Volume};
 use std::collections::BTreeSet;
 

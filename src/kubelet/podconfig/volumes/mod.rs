@@ -16,9 +16,9 @@ pub mod subpath;
 pub mod termination;
 pub mod tmpfs;
 
-use super::env::{EnvContext, EnvList, container_env};
-use super::fieldpath::{FieldError, NodeResources, PodRuntimeInfo};
-use super::quantity::Quantity;
+use super::spec::env::{EnvContext, EnvList, container_env};
+use super::spec::fieldpath::{FieldError, NodeResources, PodRuntimeInfo};
+use super::spec::quantity::Quantity;
 use super::{ObjectSource, pod_identity};
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;

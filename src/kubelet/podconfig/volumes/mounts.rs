@@ -3,8 +3,8 @@
 use super::subpath::{check_sub_path, open_sub_path, pin_sub_path};
 use super::{PodVolumes, VolumeError};
 use crate::cri::api;
-use crate::kubelet::podconfig::env::EnvList;
-use crate::kubelet::podconfig::expansion;
+use crate::kubelet::podconfig::spec::env::EnvList;
+use crate::kubelet::podconfig::spec::expansion;
 use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

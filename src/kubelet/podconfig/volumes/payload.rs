@@ -4,9 +4,9 @@
 use super::VolumeError;
 use super::atomic_writer::{FileProjection, Payload};
 use crate::kubelet::podconfig::ObjectSource;
-use crate::kubelet::podconfig::defaults::DEFAULT_VOLUME_FILE_MODE;
-use crate::kubelet::podconfig::fieldpath::{self, NodeResources};
 use crate::kubelet::podconfig::objects::{config_map_entries, secret_entries};
+use crate::kubelet::podconfig::spec::defaults::DEFAULT_VOLUME_FILE_MODE;
+use crate::kubelet::podconfig::spec::fieldpath::{self, NodeResources};
 use k8s_openapi::api::core::v1::{
     DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccountTokenProjection, Volume,
 };

@@ -8,7 +8,7 @@
 //! again: its worker is terminating it.
 
 use crate::kubelet::podconfig::PodEvent;
-use crate::kubelet::podconfig::defaults::apply_pod_defaults;
+use crate::kubelet::podconfig::spec::defaults::apply_pod_defaults;
 use crate::kubelet::podconfig::validate::validate_pod;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};

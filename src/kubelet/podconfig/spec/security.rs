@@ -1,9 +1,9 @@
 //! Pod and container security contexts → CRI, as the kubelet's `securitycontext` conversion:
 //! the container's settings override the pod's; groups and namespaces come from the pod.
 
-use super::PodConfigError;
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
+use crate::kubelet::podconfig::PodConfigError;
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
 };

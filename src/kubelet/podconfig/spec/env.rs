@@ -2,12 +2,12 @@
 //! first, then `env` in order, each value `$(VAR)`-expanded against what is defined so far;
 //! command and args are then expanded against the final environment.
 
-use super::ObjectSource;
 use super::expansion;
 use super::fieldpath::{self, FieldError, NodeResources, PodRuntimeInfo};
 use super::names::is_env_var_name;
-use super::objects::secret_entries;
 use super::service_env::service_env;
+use crate::kubelet::podconfig::ObjectSource;
+use crate::kubelet::podconfig::objects::secret_entries;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, Pod};
 use std::collections::{BTreeMap, HashMap};
 

@@ -1,7 +1,7 @@
 //! What the kubelet would send the runtime for a representative pod.
 
 use super::*;
-use crate::kubelet::podconfig::defaults::apply_pod_defaults;
+use crate::kubelet::podconfig::spec::defaults::apply_pod_defaults;
 use crate::kubelet::podconfig::test_objects::Objects;
 use serde_json::json;
 
