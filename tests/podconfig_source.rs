@@ -1,7 +1,8 @@
 //! The manifest directory source on a real directory: file changes become pod events, in order;
 //! a broken file is reported by name while the other pods keep running.
 
-use runp::kubelet::podconfig::{ManifestSource, PodEvent, Severity, SourceOptions};
+use runp::kubelet::podconfig::PodEvent;
+use runp::kubelet::source::manifest::{ManifestSource, Severity, SourceOptions};
 use std::path::Path;
 use std::time::Duration;
 use tokio::sync::mpsc;

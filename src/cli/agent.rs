@@ -19,10 +19,9 @@ use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
 use runp::kubelet::node::{NodeAgent, NodeHandle, NodeOptions, RawNodeFlags};
 use runp::kubelet::objects::{ApiObjects, LayeredObjects};
-use runp::kubelet::podconfig::{
-    ManifestSource, ObjectSource, ObjectStore, SourceOptions, VolumeManager,
-};
+use runp::kubelet::podconfig::{ObjectSource, ObjectStore, VolumeManager};
 use runp::kubelet::source::apiserver::NodePods;
+use runp::kubelet::source::manifest::{ManifestSource, SourceOptions};
 use runp::kubelet::{Agent, AgentParts};
 use std::collections::HashSet;
 use std::net::IpAddr;

@@ -2,7 +2,7 @@
 //! sources included), env (`valueFrom`, `envFrom`) and imagePullSecrets, and the
 //! service-account tokens its projected volumes ask for. Pure: read from the spec only.
 
-use crate::kubelet::podconfig::source::parse::CONFIG_SOURCE_ANNOTATION;
+use crate::kubelet::source::manifest::parse::CONFIG_SOURCE_ANNOTATION;
 use k8s_openapi::api::core::v1::{Container, Pod, ServiceAccountTokenProjection};
 use std::collections::BTreeSet;
 

@@ -8,14 +8,12 @@
 
 pub mod auth;
 pub mod objects;
-pub mod source;
 pub mod spec;
 pub mod store;
 pub mod validate;
 pub mod volumes;
 
 pub use auth::{pull_auth, pull_auths};
-pub use source::{ManifestProblem, ManifestSource, Severity, SourceOptions};
 pub use spec::convert::{
     container_config, container_hash, sandbox_config, sandbox_config_with_resolv_conf,
 };

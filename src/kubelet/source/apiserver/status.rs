@@ -8,7 +8,7 @@
 
 use super::patch::status_patch;
 use crate::kubelet::apiclient::{ApiClient, status_code};
-use crate::kubelet::podconfig::source::CONFIG_SOURCE_ANNOTATION;
+use crate::kubelet::source::manifest::CONFIG_SOURCE_ANNOTATION;
 use crate::kubelet::status::manager::StatusSink;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};

@@ -8,9 +8,9 @@
 pub mod parse;
 pub mod state;
 
-use super::store::ObjectStore;
-use super::{ObjectSource, PodConfigError, PodEvent};
 use crate::kubelet::config::AgentConfig;
+use crate::kubelet::podconfig::store::ObjectStore;
+use crate::kubelet::podconfig::{ObjectSource, PodConfigError, PodEvent};
 pub use parse::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, static_pod_uid};
 use state::{Changes, FileRead, SourceState};
 pub use state::{ManifestProblem, Severity};
