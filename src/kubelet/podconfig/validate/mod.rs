@@ -37,8 +37,21 @@ impl Errors {
     }
 }
 
-/// Checks a (defaulted) pod; `Err` lists every problem found.
+/// What the pod's source can provide beyond the pod itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodSourceAbilities {
+    /// Projected `serviceAccountToken` volumes can be issued (an API server's TokenRequest is
+    /// behind the source): true for pods from the API, false for manifest files.
+    pub service_account_tokens: bool,
+}
+
+/// Checks a (defaulted) pod from a manifest file; `Err` lists every problem found.
 pub fn validate_pod(pod: &Pod) -> Result<(), Vec<String>> {
+    validate_pod_from(pod, PodSourceAbilities::default())
+}
+
+/// [`validate_pod`] for a source with `abilities`.
+pub fn validate_pod_from(pod: &Pod, abilities: PodSourceAbilities) -> Result<(), Vec<String>> {
     let mut errs = Errors::default();
     match pod.metadata.name.as_deref() {
         None => errs.add("metadata.name", "required"),
@@ -49,7 +62,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), Vec<String>> {
     }
     match pod.spec.as_ref() {
         None => errs.add("spec", "required"),
-        Some(spec) => validate_spec(spec, &mut errs),
+        Some(spec) => validate_spec(spec, abilities, &mut errs),
     }
     if errs.0.is_empty() {
         Ok(())
@@ -58,7 +71,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), Vec<String>> {
     }
 }
 
-fn validate_spec(spec: &PodSpec, errs: &mut Errors) {
+fn validate_spec(spec: &PodSpec, abilities: PodSourceAbilities, errs: &mut Errors) {
     if spec.containers.is_empty() {
         errs.add("spec.containers", "at least one container is required");
     }
@@ -85,7 +98,8 @@ fn validate_spec(spec: &PodSpec, errs: &mut Errors) {
     }
     validate_dns_config(spec, errs);
 
-    let volumes = volumes::validate_volumes(spec.volumes.as_deref().unwrap_or(&[]), errs);
+    let volumes =
+        volumes::validate_volumes(spec.volumes.as_deref().unwrap_or(&[]), abilities, errs);
     let mut names = HashSet::new();
     let init = spec.init_containers.as_deref().unwrap_or(&[]);
     let groups = [
@@ -181,6 +195,26 @@ mod tests {
         }))
         .unwrap();
         validate_pod(&pod).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn service_account_tokens_only_from_a_source_that_issues_them() {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "image": "x"}], "volumes": [{"name": "v",
+                "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}
+        }))
+        .unwrap();
+        for (tokens, ok) in [(false, false), (true, true)] {
+            let abilities = PodSourceAbilities {
+                service_account_tokens: tokens,
+            };
+            assert_eq!(
+                validate_pod_from(&pod, abilities).is_ok(),
+                ok,
+                "{abilities:?}"
+            );
+        }
     }
 
     #[test]

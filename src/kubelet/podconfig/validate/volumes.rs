@@ -1,6 +1,6 @@
 //! Volume validation.
 
-use super::Errors;
+use super::{Errors, PodSourceAbilities};
 use crate::kubelet::podconfig::spec::defaults::volume_source_count;
 use crate::kubelet::podconfig::spec::names::check_dns1123_label;
 use crate::kubelet::podconfig::spec::quantity::Quantity;
@@ -10,7 +10,11 @@ use std::collections::BTreeSet;
 /// Volume sources this agent implements.
 const SUPPORTED_VOLUMES: &str = "hostPath, emptyDir, configMap, secret, downwardAPI, projected";
 
-pub(super) fn validate_volumes(volumes: &[Volume], errs: &mut Errors) -> BTreeSet<String> {
+pub(super) fn validate_volumes(
+    volumes: &[Volume],
+    abilities: PodSourceAbilities,
+    errs: &mut Errors,
+) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for (i, v) in volumes.iter().enumerate() {
         let path = format!("spec.volumes[{i}]");
@@ -99,7 +103,7 @@ pub(super) fn validate_volumes(volumes: &[Volume], errs: &mut Errors) -> BTreeSe
                 if let Some(downward) = &source.downward_api {
                     items.extend(file_items(&downward.items));
                 }
-                if source.service_account_token.is_some() {
+                if source.service_account_token.is_some() && !abilities.service_account_tokens {
                     errs.add(&path, "projected serviceAccountToken is not supported (no API server issues tokens)");
                 }
                 if source.cluster_trust_bundle.is_some() || source.pod_certificate.is_some() {

@@ -9,7 +9,7 @@
 
 use crate::kubelet::podconfig::PodEvent;
 use crate::kubelet::podconfig::spec::defaults::apply_pod_defaults;
-use crate::kubelet::podconfig::validate::validate_pod;
+use crate::kubelet::podconfig::validate::{PodSourceAbilities, validate_pod_from};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 
@@ -142,7 +142,12 @@ impl PodSet {
         }
         // The API server defaulted the pod already; this fills what older servers leave out.
         apply_pod_defaults(&mut pod);
-        if let Err(problems) = validate_pod(&pod)
+        // The agent's ApiObjects issues the tokens of the service-account volume the API
+        // server's ServiceAccount admission adds to every pod.
+        let abilities = PodSourceAbilities {
+            service_account_tokens: true,
+        };
+        if let Err(problems) = validate_pod_from(&pod, abilities)
             && !deleted
         {
             tracing::warn!(pod = %label(&pod), ?problems, "pod refused: the agent cannot run it");
