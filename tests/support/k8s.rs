@@ -359,7 +359,7 @@ impl Cluster {
         }
     }
 
-    /// Stops the API server only (etcd and the others keep running), for outage tests.
+    /// The running kube-apiserver's pid (from the pids file).
     pub fn apiserver_pid(&self) -> Option<i32> {
         let pids = std::fs::read_to_string(self.dir.path().join("pids")).ok()?;
         pids.lines()

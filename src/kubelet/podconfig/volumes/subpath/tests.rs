@@ -152,7 +152,6 @@ fn a_swapping_container_never_gets_the_host_root() {
     let f = fixture();
     fs::create_dir(f.root.join("x")).unwrap();
     fs::write(f.root.join("x/mine"), "volume data").unwrap();
-    let x = identity_of(&f.root.join("x"));
     let host_root = identity_of(Path::new("/"));
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = start_swapper(&f.root, Arc::clone(&stop));
@@ -162,10 +161,9 @@ fn a_swapping_container_never_gets_the_host_root() {
             Ok(fd) => {
                 let got = identity(&fd);
                 assert_ne!(got, host_root, "the subPath reached the host's /");
-                // The directory itself, or (while it was renamed away) a fresh x made inside.
-                if got == x {
-                    opened += 1;
-                }
+                // The directory itself, or (while it was renamed away) a fresh x made inside:
+                // once a fresh x exists the swapper's renames can stall, so any open counts.
+                opened += 1;
             }
             Err(_) => refused += 1,
         }
