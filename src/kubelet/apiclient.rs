@@ -8,17 +8,19 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiClientError {
-    #[error("kubeconfig {}: {source}", path.display())]
+    // Not a `source`: kube's message already ends with its cause, and a source chain would
+    // print it again under anyhow's `{:#}`.
+    #[error("kubeconfig {}: {reason}", path.display())]
     Kubeconfig {
         path: PathBuf,
-        source: kube::config::KubeconfigError,
+        reason: kube::config::KubeconfigError,
     },
     #[error(
         "no kubeconfig given (--kubeconfig or KUBECONFIG) and not in a cluster (in-cluster config: {0})"
     )]
     InCluster(kube::config::InClusterError),
-    #[error("API server {server}: cannot build a client: {source}")]
-    Client { server: String, source: kube::Error },
+    #[error("API server {server}: cannot build a client: {reason}")]
+    Client { server: String, reason: kube::Error },
     #[error("API server {server}: {verb} {resource}: {reason}")]
     Request {
         server: String,
@@ -49,15 +51,15 @@ impl ApiClient {
         let mut config = match source {
             ClientSource::Kubeconfig(path) => {
                 let kubeconfig =
-                    Kubeconfig::read_from(path).map_err(|source| ApiClientError::Kubeconfig {
+                    Kubeconfig::read_from(path).map_err(|reason| ApiClientError::Kubeconfig {
                         path: path.clone(),
-                        source,
+                        reason,
                     })?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                     .await
-                    .map_err(|source| ApiClientError::Kubeconfig {
+                    .map_err(|reason| ApiClientError::Kubeconfig {
                         path: path.clone(),
-                        source,
+                        reason,
                     })?
             }
             ClientSource::InCluster => {
@@ -67,9 +69,9 @@ impl ApiClient {
         // A dead server must fail a request, not hang it; watches have their own idle timeout.
         config.connect_timeout = Some(Duration::from_secs(10));
         let server = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config).map_err(|source| ApiClientError::Client {
+        let client = kube::Client::try_from(config).map_err(|reason| ApiClientError::Client {
             server: server.clone(),
-            source,
+            reason,
         })?;
         Ok(ApiClient { client, server })
     }
