@@ -5,6 +5,7 @@
 //! ([`executor`], [`worker`], [`agent`]).
 
 pub mod actions;
+pub mod admission;
 pub mod agent;
 pub mod apiclient;
 pub mod backoff;
