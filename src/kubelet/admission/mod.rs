@@ -4,6 +4,7 @@
 //! asks for no host port already taken. Pure: [`admit`] decides, the agent acts on it.
 
 pub mod affinity;
+pub mod gate;
 pub mod requests;
 
 #[cfg(test)]
