@@ -14,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod crilog;
 pub mod environment;
+pub mod events;
 pub mod executor;
 pub mod fake;
 pub mod gc;
