@@ -293,6 +293,9 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     if let Some(node_pods) = &node_pods {
         agent = node_pods.attach(agent);
     }
+    if let Some(node) = &node {
+        agent = agent.with_admission(Arc::new(node.watch()));
+    }
     let problems = tokio::spawn(async move {
         let Some(source) = source else { return };
         let mut seen = HashSet::new();

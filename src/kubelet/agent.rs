@@ -6,6 +6,8 @@
 //! Shutdown stops the agent's tasks only; pods keep running.
 
 use crate::cri::{ImageService, RuntimeService, api};
+use crate::kubelet::admission::NodeFactsSource;
+use crate::kubelet::admission::gate::{AdmissionGate, Verdict};
 use crate::kubelet::clock::Clock;
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::environment::PodEnvironment;
@@ -16,11 +18,13 @@ use crate::kubelet::gc::logs::rotate_all;
 use crate::kubelet::housekeeping::{self, Orphans};
 use crate::kubelet::labels;
 use crate::kubelet::pleg::{Pleg, PlegHealth};
+use crate::kubelet::podconfig::spec::resources::qos_class;
 use crate::kubelet::podconfig::{ObjectSource, PodEvent};
 use crate::kubelet::prober::manager::ProbeManager;
 use crate::kubelet::status::StatusManager;
 use crate::kubelet::status::manager::StatusSink;
 use crate::kubelet::worker::{PodWorkers, SyncDeps};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -81,6 +85,7 @@ pub struct Agent {
     probe_updates: mpsc::UnboundedReceiver<crate::kubelet::prober::manager::ProbeUpdate>,
     image_gc: ImageGcPolicy,
     sources_ready: Option<SourcesReady>,
+    admission: Option<AdmissionGate>,
 }
 
 /// Whether the pod sources have reported every pod they have (the API source once its first
@@ -154,7 +159,15 @@ impl Agent {
             probe_updates,
             image_gc: parts.image_gc,
             sources_ready: None,
+            admission: None,
         }
+    }
+
+    /// New pods are admitted against the node `node` describes (kubelet's generalPredicates);
+    /// a pod that does not fit is not started and its status becomes Failed.
+    pub fn with_admission(mut self, node: Arc<dyn NodeFactsSource>) -> Agent {
+        self.admission = Some(AdmissionGate::new(node));
+        self
     }
 
     /// Housekeeping also waits for `ready` before it removes pods no source knows.
@@ -330,15 +343,56 @@ impl Agent {
         Ok(())
     }
 
-    fn handle_event(&self, event: PodEvent) {
+    fn handle_event(&mut self, event: PodEvent) {
         match event {
-            PodEvent::Upsert(pod) => self.workers.update(*pod),
+            PodEvent::Upsert(pod) => self.admit(*pod),
             PodEvent::Remove { uid } => {
+                if let Some(rejected) = self.admission.as_mut().and_then(|a| a.removed(&uid)) {
+                    self.deps.status.remove(&uid);
+                    tracing::debug!(pod = ?rejected.metadata.name, "rejected pod removed");
+                    return;
+                }
                 if !self.workers.terminate(&uid, None) {
                     tracing::debug!(pod = %uid, "removal of an unknown pod; housekeeping cleans up");
                 }
             }
             PodEvent::ObjectsChanged => self.workers.sync_all(),
+        }
+    }
+}
+
+impl Agent {
+    fn admit(&mut self, pod: Pod) {
+        let Some(gate) = self.admission.as_mut() else {
+            return self.workers.update(pod);
+        };
+        let (workers, status) = (&self.workers, &self.deps.status);
+        let active = |uid: &str| {
+            workers.is_known(uid)
+                && !matches!(
+                    status.status(uid).and_then(|s| s.phase).as_deref(),
+                    Some("Succeeded" | "Failed")
+                )
+        };
+        match gate.check(&pod, &active) {
+            Verdict::Run => self.workers.update(pod),
+            Verdict::Ignore => {}
+            // Never started: nothing to stop; the API object can go.
+            Verdict::Forget => self.deps.status.terminated(&pod),
+            Verdict::Reject(rejection) => {
+                tracing::warn!(pod = ?pod.metadata.name, reason = %rejection.reason,
+                    message = %rejection.message, "pod rejected by admission");
+                let status = PodStatus {
+                    phase: Some("Failed".into()),
+                    reason: Some(rejection.reason),
+                    message: Some(rejection.message),
+                    qos_class: Some(qos_class(&pod).as_str().to_string()),
+                    ..PodStatus::default()
+                };
+                if let Err(err) = self.deps.status.set(&pod, status) {
+                    tracing::warn!(pod = ?pod.metadata.name, error = %err, "cannot record the rejection");
+                }
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! ([`executor`], [`worker`], [`agent`]).
 
 pub mod actions;
+pub mod admission;
 pub mod agent;
 pub mod apiclient;
 pub mod backoff;
@@ -13,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod crilog;
 pub mod environment;
+pub mod events;
 pub mod executor;
 pub mod fake;
 pub mod gc;

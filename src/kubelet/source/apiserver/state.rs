@@ -73,7 +73,17 @@ impl PodSet {
 
     /// The list is complete: pods not in it are gone.
     pub fn end_list(&mut self) -> Vec<PodEvent> {
-        let pods = self.relist.take().unwrap_or_default();
+        let mut pods = self.relist.take().unwrap_or_default();
+        // Oldest first, as kubelet admits them: which pods fit must not depend on list order.
+        pods.sort_by(|a, b| {
+            let key = |p: &Pod| {
+                (
+                    p.metadata.creation_timestamp.clone(),
+                    p.metadata.uid.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
         let present: HashSet<&str> = pods
             .iter()
             .filter_map(|p| p.metadata.uid.as_deref())
