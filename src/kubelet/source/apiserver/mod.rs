@@ -1,8 +1,10 @@
 //! The API server pod source of a cluster node: watches the pods bound to the node
 //! (`fieldSelector spec.nodeName=<node>`, `kube::runtime::watcher`: relists on 410 Gone and
 //! retries with back-off) and feeds them to the sync loop as [`PodEvent`]s; [`status`] sends
-//! their statuses back and deletes the objects of deleted pods once they are stopped.
+//! their statuses back and deletes the objects of deleted pods once they are stopped; [`mirror`]
+//! keeps the mirror pods of the node's static pods.
 
+pub mod mirror;
 pub mod patch;
 pub mod state;
 pub mod status;
@@ -16,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use mirror::MirrorSink;
 use state::PodSet;
 pub use status::ApiStatusSink;
 use std::sync::Arc;
@@ -123,14 +126,23 @@ fn watch_error(err: &watcher::Error) -> String {
 pub struct NodePods {
     pub source: ApiPodSourceHandle,
     pub status: Arc<ApiStatusSink>,
+    /// In front of `status`: static pods' statuses go to their mirror pods.
+    pub mirror: Arc<MirrorSink>,
 }
 
 impl NodePods {
     /// Starts both for `node_name`; pod events go to `tx`.
     pub fn start(api: ApiClient, node_name: &str, tx: mpsc::Sender<PodEvent>) -> NodePods {
+        let status = ApiStatusSink::spawn(api.clone(), node_name.to_string());
+        let mirror = MirrorSink::spawn(
+            api.clone(),
+            node_name.to_string(),
+            Arc::clone(&status) as Arc<dyn StatusSink>,
+        );
         NodePods {
-            source: ApiPodSource::spawn(api.clone(), node_name.to_string(), tx),
-            status: ApiStatusSink::spawn(api, node_name.to_string()),
+            source: ApiPodSource::spawn(api, node_name.to_string(), tx),
+            status,
+            mirror,
         }
     }
 
@@ -138,11 +150,12 @@ impl NodePods {
     pub fn attach(&self, agent: Agent) -> Agent {
         agent
             .with_sources_ready(self.source.sources_ready())
-            .with_status_sink(Arc::clone(&self.status) as Arc<dyn StatusSink>)
+            .with_status_sink(Arc::clone(&self.mirror) as Arc<dyn StatusSink>)
     }
 
     pub fn stop(&self) {
         self.source.stop();
+        self.mirror.stop();
         self.status.stop();
     }
 }

@@ -135,6 +135,10 @@ impl PodSet {
             tracing::warn!(pod = %label(&pod), "ignoring an API pod without a uid");
             return None;
         };
+        if super::mirror::is_mirror_pod(&pod) {
+            // A static pod's reflection in the API: the node runs the static pod, not this.
+            return None;
+        }
         let key = comparable(&pod);
         let deleted = pod.metadata.deletion_timestamp.is_some();
         if let Some(sent) = self.sent.get(&uid) {
@@ -208,6 +212,27 @@ mod tests {
                 PodEvent::ObjectsChanged => "objects".into(),
             })
             .collect()
+    }
+
+    #[test]
+    fn mirror_pods_are_never_run() {
+        let mut set = PodSet::default();
+        let mut mirror = pod("web-n1", "um", "busybox");
+        mirror.metadata.annotations = Some(
+            [(
+                super::super::mirror::CONFIG_MIRROR_ANNOTATION.to_string(),
+                "h".to_string(),
+            )]
+            .into(),
+        );
+        set.begin_list();
+        set.list_item(mirror.clone());
+        set.list_item(pod("a", "ua", "busybox"));
+        assert_eq!(summary(&set.end_list()), ["+a"]);
+        assert!(set.apply(mirror.clone()).is_empty());
+        assert!(set.apply(deleted(mirror.clone())).is_empty());
+        assert!(set.delete(&mirror).is_empty());
+        assert!(!set.sent().contains("um"));
     }
 
     #[test]
