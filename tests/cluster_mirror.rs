@@ -2,7 +2,8 @@
 //! node's credentials) with `--manifests` runs the manifest pod as a static pod and keeps its
 //! mirror pod in the API (`<name>-<node>`, annotation kubernetes.io/config.mirror, owned by the
 //! Node) with the static pod's status; a deleted mirror pod is recreated without restarting
-//! the static pod; removing the manifest file stops the pod and deletes its mirror.
+//! the static pod; an edited manifest makes it again with the new spec; removing the manifest
+//! file stops the pod and deletes its mirror.
 
 #[path = "support/image.rs"]
 mod image;
@@ -281,6 +282,27 @@ async fn a_static_pod_gets_a_mirror_pod_recreated_when_deleted_and_removed_with_
         running[0].id
     );
     assert_eq!(runtime_objects(&rt, &static_uid).await, (1, 1));
+
+    // Nothing churns: the mirror stays the same object.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let steady = get_pod(&cluster, MIRROR).expect("the mirror pod");
+    assert_eq!(
+        steady.metadata.uid, recreated.metadata.uid,
+        "mirror pod recreated again"
+    );
+
+    // An edited manifest: the mirror is made again with the new spec.
+    std::fs::write(&manifest, STATIC_POD.replace("sleep 3600", "sleep 3601")).unwrap();
+    wait_for("the mirror pod with the edited spec", || {
+        get_pod(&cluster, MIRROR).filter(|p| {
+            let command = p.spec.as_ref().map(|s| s.containers[0].command.clone());
+            command
+                .flatten()
+                .is_some_and(|c| c.iter().any(|a| a == "sleep 3601"))
+                && running_with_ip(p)
+        })
+    })
+    .await;
 
     // Removing the manifest stops the pod and deletes the mirror.
     std::fs::remove_file(&manifest).unwrap();

@@ -27,8 +27,16 @@ use tokio::task::JoinHandle;
 /// The annotation that makes a pod a mirror pod; its value is the static pod's config hash.
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+/// runp's digest of what the mirror copies from the static pod (spec, labels), so an edited
+/// manifest (same uid and config hash here) recreates the mirror with the new spec.
+pub const MIRROR_SPEC_ANNOTATION: &str = "runp.io/mirror-spec";
+
 /// Rounds run at least this often (retries after API failures).
 const RESYNC: Duration = Duration::from_secs(5);
+
+/// After a start, mirror pods of unknown static pods are left this long: the static pods
+/// announce themselves with their first status.
+const ORPHAN_GRACE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
@@ -69,12 +77,40 @@ pub fn config_hash(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
+/// The mirror pod a static pod needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wanted {
+    /// The static pod's config hash.
+    pub hash: String,
+    /// [`spec_digest`] of the static pod.
+    pub spec: String,
+}
+
+impl Wanted {
+    pub fn of(static_pod: &Pod) -> Wanted {
+        Wanted {
+            hash: config_hash(static_pod),
+            spec: spec_digest(static_pod),
+        }
+    }
+}
+
+/// A digest of the static pod's spec and labels.
+pub fn spec_digest(pod: &Pod) -> String {
+    use sha2::{Digest, Sha256};
+    let value = serde_json::json!({"spec": pod.spec, "labels": pod.metadata.labels});
+    let bytes = serde_json::to_vec(&value).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..12])
+}
+
 /// A mirror pod as the API shows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
     pub uid: String,
     /// Its `kubernetes.io/config.mirror` value.
     pub hash: String,
+    /// Its [`MIRROR_SPEC_ANNOTATION`], if any.
+    pub spec: Option<String>,
     /// It has a `deletionTimestamp`.
     pub deleting: bool,
 }
@@ -90,14 +126,20 @@ pub enum Action {
     Recreate(String),
 }
 
-/// kubelet's `syncPod` for mirror pods: `desired` is the static pod's config hash, if the
-/// static pod exists.
-pub fn decide(desired: Option<&str>, observed: Option<&Observed>) -> Action {
+/// kubelet's `syncPod` for mirror pods: `desired` is what the static pod needs, if the
+/// static pod exists; a mirror without one is deleted only when `orphans` may be (once the
+/// static pods are known).
+pub fn decide(desired: Option<&Wanted>, observed: Option<&Observed>, orphans: bool) -> Action {
     match (desired, observed) {
         (None, None) => Action::None,
-        (None, Some(o)) => Action::Delete(o.uid.clone()),
+        (None, Some(o)) if orphans => Action::Delete(o.uid.clone()),
+        (None, Some(_)) => Action::None,
         (Some(_), None) => Action::Create,
-        (Some(hash), Some(o)) if o.deleting || o.hash != hash => Action::Recreate(o.uid.clone()),
+        (Some(want), Some(o))
+            if o.deleting || o.hash != want.hash || o.spec.as_deref() != Some(&want.spec) =>
+        {
+            Action::Recreate(o.uid.clone())
+        }
         (Some(_), Some(_)) => Action::None,
     }
 }
@@ -115,6 +157,7 @@ pub fn mirror_pod(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.clone());
     annotations.insert(CONFIG_MIRROR_ANNOTATION.into(), hash);
+    annotations.insert(MIRROR_SPEC_ANNOTATION.into(), spec_digest(static_pod));
     let mut spec: PodSpec = static_pod.spec.clone().unwrap_or_default();
     spec.node_name = Some(node_name.to_string());
     // Mirror pods may not use service accounts (ServiceAccount admission, NodeRestriction).
@@ -196,8 +239,11 @@ struct Shared {
     desired: HashMap<(String, String), Desired>,
     /// Mirror pods in the API by (namespace, name).
     seen: HashMap<(String, String), Seen>,
-    /// The mirror pods were listed once (orphans may then be deleted).
+    /// The mirror pods were listed once.
     listed: bool,
+    /// Mirror pods whose static pod stopped in this run (deleted without waiting for
+    /// [`ORPHAN_GRACE`]).
+    stopped: BTreeSet<(String, String)>,
 }
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -263,13 +309,17 @@ impl StatusSink for MirrorSink {
         }
         let key = self.key(pod);
         let mut shared = lock(&self.shared);
-        let desired = shared.desired.entry(key).or_insert_with(|| Desired {
-            pod: pod.clone(),
-            status: None,
-            forwarded: None,
-        });
+        let desired = shared
+            .desired
+            .entry(key.clone())
+            .or_insert_with(|| Desired {
+                pod: pod.clone(),
+                status: None,
+                forwarded: None,
+            });
         desired.pod = pod.clone();
         desired.status = Some(status.clone());
+        shared.stopped.remove(&key);
         drop(shared);
         self.wake.notify_one();
     }
@@ -283,6 +333,7 @@ impl StatusSink for MirrorSink {
         let mut shared = lock(&self.shared);
         let forwarded = match shared.desired.get(&key) {
             Some(d) if d.pod.metadata.uid == pod.metadata.uid => {
+                shared.stopped.insert(key.clone());
                 shared.desired.remove(&key).and_then(|d| d.forwarded)
             }
             _ => None,
@@ -303,6 +354,7 @@ fn observe(pod: &Pod) -> Option<((String, String), Seen)> {
     let observed = Observed {
         uid: pod.metadata.uid.clone()?,
         hash,
+        spec: annotation(pod, MIRROR_SPEC_ANNOTATION).map(str::to_string),
         deleting: pod.metadata.deletion_timestamp.is_some(),
     };
     Some((
@@ -329,6 +381,7 @@ async fn run(
     let mut relist: Option<HashMap<(String, String), Seen>> = None;
     let mut node_uid: Option<String> = None;
     let mut tick = tokio::time::interval(RESYNC);
+    let started = tokio::time::Instant::now();
     loop {
         tokio::select! {
             item = stream.next() => {
@@ -366,7 +419,16 @@ async fn run(
             _ = wake.notified() => {}
             _ = tick.tick() => {}
         }
-        reconcile(&api, &node_name, &mut node_uid, inner.as_ref(), &shared).await;
+        let orphans = started.elapsed() >= ORPHAN_GRACE;
+        reconcile(
+            &api,
+            &node_name,
+            &mut node_uid,
+            inner.as_ref(),
+            &shared,
+            orphans,
+        )
+        .await;
     }
 }
 
@@ -377,6 +439,7 @@ async fn reconcile(
     node_uid: &mut Option<String>,
     inner: &dyn StatusSink,
     shared: &Mutex<Shared>,
+    orphans: bool,
 ) {
     let plan: Vec<((String, String), Action, Option<Pod>)> = {
         let guard = lock(shared);
@@ -388,8 +451,13 @@ async fn reconcile(
         keys.into_iter()
             .map(|key| {
                 let desired = guard.desired.get(key);
-                let hash = desired.map(|d| config_hash(&d.pod));
-                let action = decide(hash.as_deref(), guard.seen.get(key).map(|s| &s.observed));
+                let want = desired.map(|d| Wanted::of(&d.pod));
+                let orphans = orphans || guard.stopped.contains(key);
+                let action = decide(
+                    want.as_ref(),
+                    guard.seen.get(key).map(|s| &s.observed),
+                    orphans,
+                );
                 (key.clone(), action, desired.map(|d| d.pod.clone()))
             })
             .collect()
@@ -398,7 +466,16 @@ async fn reconcile(
         let pods: Api<Pod> = Api::namespaced(api.client.clone(), &namespace);
         let result = match action {
             Action::None => Ok(()),
-            Action::Delete(uid) => delete(api, &pods, &name, &uid).await,
+            Action::Delete(uid) => {
+                let deleted = delete(api, &pods, &name, &uid).await;
+                if deleted.is_ok() {
+                    let mut guard = lock(shared);
+                    let key = (namespace.clone(), name.clone());
+                    guard.seen.remove(&key);
+                    guard.stopped.remove(&key);
+                }
+                deleted
+            }
             Action::Recreate(uid) => match delete(api, &pods, &name, &uid).await {
                 Ok(()) => {
                     lock(shared).seen.remove(&(namespace.clone(), name.clone()));
@@ -426,7 +503,7 @@ fn forward_statuses(node_name: &str, inner: &dyn StatusSink, shared: &Mutex<Shar
         else {
             continue;
         };
-        if seen.observed.deleting || seen.observed.hash != config_hash(&d.pod) {
+        if decide(Some(&Wanted::of(&d.pod)), Some(&seen.observed), false) != Action::None {
             continue;
         }
         let uid = &seen.observed.uid;
@@ -530,42 +607,79 @@ mod tests {
         Observed {
             uid: uid.into(),
             hash: hash.into(),
+            spec: Some("s1".into()),
             deleting,
+        }
+    }
+
+    fn want(hash: &str, spec: &str) -> Wanted {
+        Wanted {
+            hash: hash.into(),
+            spec: spec.into(),
         }
     }
 
     #[test]
     fn decisions_as_kubelet_sync_pod() {
-        let cases: Vec<(Option<&str>, Option<Observed>, Action)> = vec![
-            (None, None, Action::None),
-            (Some("h1"), None, Action::Create),
-            (Some("h1"), Some(seen("u1", "h1", false)), Action::None),
+        let no_spec = Observed {
+            spec: None,
+            ..seen("u1", "h1", false)
+        };
+        let cases: Vec<(Option<Wanted>, Option<Observed>, bool, Action)> = vec![
+            (None, None, true, Action::None),
+            (Some(want("h1", "s1")), None, false, Action::Create),
             (
-                Some("h2"),
+                Some(want("h1", "s1")),
                 Some(seen("u1", "h1", false)),
+                false,
+                Action::None,
+            ),
+            // The file changed: another hash, or (same hash, runp's uids) another spec.
+            (
+                Some(want("h2", "s1")),
+                Some(seen("u1", "h1", false)),
+                false,
                 Action::Recreate("u1".into()),
             ),
             (
-                Some("h1"),
-                Some(seen("u1", "h1", true)),
+                Some(want("h1", "s2")),
+                Some(seen("u1", "h1", false)),
+                false,
                 Action::Recreate("u1".into()),
             ),
+            (
+                Some(want("h1", "s1")),
+                Some(no_spec),
+                false,
+                Action::Recreate("u1".into()),
+            ),
+            // Being deleted (a user's graceful delete): deleted now and made again.
+            (
+                Some(want("h1", "s1")),
+                Some(seen("u1", "h1", true)),
+                false,
+                Action::Recreate("u1".into()),
+            ),
+            // No static pod: deleted, once the static pods are known.
             (
                 None,
                 Some(seen("u1", "h1", false)),
+                true,
                 Action::Delete("u1".into()),
             ),
             (
                 None,
                 Some(seen("u1", "h1", true)),
+                true,
                 Action::Delete("u1".into()),
             ),
+            (None, Some(seen("u1", "h1", false)), false, Action::None),
         ];
-        for (desired, observed, want) in cases {
+        for (desired, observed, orphans, expected) in cases {
             assert_eq!(
-                decide(desired, observed.as_ref()),
-                want,
-                "desired {desired:?}, observed {observed:?}"
+                decide(desired.as_ref(), observed.as_ref(), orphans),
+                expected,
+                "desired {desired:?}, observed {observed:?}, orphans {orphans}"
             );
         }
     }
@@ -591,6 +705,13 @@ mod tests {
         assert_eq!(annotations[CONFIG_MIRROR_ANNOTATION], "static-uid");
         assert_eq!(annotations[CONFIG_SOURCE_ANNOTATION], "file");
         assert_eq!(annotations[CONFIG_HASH_ANNOTATION], "static-uid");
+        assert_eq!(
+            annotations[MIRROR_SPEC_ANNOTATION],
+            spec_digest(&static_pod())
+        );
+        let mut edited = static_pod();
+        edited.spec.as_mut().unwrap().containers[0].image = Some("busybox:2".into());
+        assert_ne!(spec_digest(&edited), spec_digest(&static_pod()));
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (
@@ -654,7 +775,10 @@ mod tests {
         lock(&shared).seen.insert(
             key.clone(),
             Seen {
-                observed: seen("m1", "static-uid", false),
+                observed: Observed {
+                    spec: Some(spec_digest(&static_pod())),
+                    ..seen("m1", "static-uid", false)
+                },
                 status: None,
             },
         );
