@@ -513,6 +513,10 @@ fn forward_statuses(node_name: &str, inner: &dyn StatusSink, shared: &Mutex<Shar
         {
             continue;
         }
+        if let Some((old, _)) = d.forwarded.as_ref().filter(|(u, _)| u != uid) {
+            // Recreated: the status path forgets the old mirror.
+            inner.pod_terminated(&status_view(namespace, name, old, node_name, None));
+        }
         let view = status_view(namespace, name, uid, node_name, seen.status.clone());
         inner.status_changed(&view, status);
         d.forwarded = Some((uid.clone(), status.clone()));
@@ -789,7 +793,11 @@ mod tests {
         forward_statuses("n1", &recorder, &shared);
         assert_eq!(
             *recorder.0.lock().unwrap(),
-            vec!["status web-n1 m1 Running", "status web-n1 m2 Running"]
+            vec![
+                "status web-n1 m1 Running",
+                "terminated web-n1",
+                "status web-n1 m2 Running"
+            ]
         );
     }
 }
