@@ -122,7 +122,8 @@ fn watch_error(err: &watcher::Error) -> String {
     }
 }
 
-/// The API side of a node's pods: the source and the status sink, started together.
+/// The API side of a node's pods: the source, the status sink and the mirror pods, started
+/// together.
 pub struct NodePods {
     pub source: ApiPodSourceHandle,
     pub status: Arc<ApiStatusSink>,
@@ -131,7 +132,8 @@ pub struct NodePods {
 }
 
 impl NodePods {
-    /// Starts both for `node_name`; pod events go to `tx`.
+    /// Starts the source, the status sink and the mirror pods for `node_name`; pod events go
+    /// to `tx`.
     pub fn start(api: ApiClient, node_name: &str, tx: mpsc::Sender<PodEvent>) -> NodePods {
         let status = ApiStatusSink::spawn(api.clone(), node_name.to_string());
         let mirror = MirrorSink::spawn(
