@@ -27,6 +27,7 @@ pub mod pleg;
 pub mod podconfig;
 pub mod prober;
 pub mod runtime_pod;
+pub mod server;
 pub mod source;
 pub mod status;
 pub mod termination;
