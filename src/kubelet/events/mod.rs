@@ -3,6 +3,7 @@
 //! only logs; a cluster node sends them to the API server. [`spam`] keeps a crash-looping pod
 //! from flooding the API.
 
+pub mod api;
 pub mod spam;
 
 use k8s_openapi::api::core::v1::Pod;
