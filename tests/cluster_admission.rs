@@ -1,7 +1,8 @@
 //! Node-side admission against a real control plane: `runp agent --kubeconfig` as a node
 //! refuses a pod bound to it (spec.nodeName set directly, bypassing the scheduler) that asks
-//! for more cpu than the node has: phase Failed, reason OutOfcpu with kubelet's message, and
-//! no sandbox or container for it ever exists; a pod that fits, sent alongside, runs.
+//! for more cpu than the node has: phase Failed, reason OutOfcpu with kubelet's message, a
+//! Warning event from the kubelet saying why, and no sandbox or container for it ever exists;
+//! a pod that fits, sent alongside, runs.
 
 #[path = "support/image.rs"]
 mod image;
@@ -212,6 +213,24 @@ async fn a_pod_that_does_not_fit_fails_out_of_cpu_and_never_starts() {
             millicores(&allocatable).expect("cpu quantity")
         )),
         "{message} vs allocatable {allocatable}"
+    );
+    // The rejection is also a Warning event from the kubelet, as `kubectl describe` shows it.
+    let event = wait_for("an OutOfcpu event for huge", || {
+        let out = cluster.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=huge,reason=OutOfcpu",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reportingComponent}|{.message}{end}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    })
+    .await;
+    assert!(
+        event.starts_with(&format!("Warning kubelet|{message}")),
+        "{event}"
     );
     wait_for("small Running (the node admits what fits)", || {
         get_pod(&cluster, "small").filter(|p| phase(p) == Some("Running"))

@@ -276,6 +276,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         VolumeManager::new(config.clone()),
         config.clone(),
     ));
+    let config_node_name = config.node_name.clone();
     let mut agent = Agent::new(AgentParts {
         runtime,
         images,
@@ -295,6 +296,17 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     }
     if let Some(node) = &node {
         agent = agent.with_admission(Arc::new(node.watch()));
+    }
+    if let Some(api) = &api {
+        let publisher = runp::kubelet::events::api::RecorderPublisher::new(
+            api.client.clone(),
+            &config_node_name,
+        );
+        let (sink, _publishing) = runp::kubelet::events::api::ApiSink::start(
+            Arc::new(publisher),
+            runp::kubelet::events::api::QUEUE_CAPACITY,
+        );
+        agent = agent.with_pod_event_sink(sink);
     }
     let problems = tokio::spawn(async move {
         let Some(source) = source else { return };

@@ -86,6 +86,7 @@ pub struct Agent {
     image_gc: ImageGcPolicy,
     sources_ready: Option<SourcesReady>,
     admission: Option<AdmissionGate>,
+    pod_events: Arc<crate::kubelet::events::PodEvents>,
 }
 
 /// Whether the pod sources have reported every pod they have (the API source once its first
@@ -160,6 +161,7 @@ impl Agent {
             image_gc: parts.image_gc,
             sources_ready: None,
             admission: None,
+            pod_events: Arc::default(),
         }
     }
 
@@ -167,6 +169,14 @@ impl Agent {
     /// a pod that does not fit is not started and its status becomes Failed.
     pub fn with_admission(mut self, node: Arc<dyn NodeFactsSource>) -> Agent {
         self.admission = Some(AdmissionGate::new(node));
+        self
+    }
+
+    /// Pod events also go to `sink` (the API server); without one they are only logged.
+    pub fn with_pod_event_sink(self, sink: Arc<dyn crate::kubelet::events::PodEventSink>) -> Agent {
+        if !self.pod_events.set_sink(sink) {
+            tracing::warn!("a pod event sink was already set; keeping the first");
+        }
         self
     }
 
@@ -382,6 +392,8 @@ impl Agent {
             Verdict::Reject(rejection) => {
                 tracing::warn!(pod = ?pod.metadata.name, reason = %rejection.reason,
                     message = %rejection.message, "pod rejected by admission");
+                self.pod_events
+                    .warning(&pod, None, &rejection.reason, rejection.message.clone());
                 let status = PodStatus {
                     phase: Some("Failed".into()),
                     reason: Some(rejection.reason),
