@@ -113,11 +113,8 @@ async fn exec_sync_output_exit_code_and_timeout() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     env.cleanup().await;
-    assert!(
-        zombie_children().is_empty(),
-        "zombies: {:?}",
-        zombie_children()
-    );
+    let zombies = lasting_zombies();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

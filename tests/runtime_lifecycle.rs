@@ -140,11 +140,8 @@ async fn full_pod_lifecycle_with_logs_and_events() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(!env.dir.path().join("rt/containers").join(&id).exists());
-    assert!(
-        zombie_children().is_empty(),
-        "zombies: {:?}",
-        zombie_children()
-    );
+    let zombies = lasting_zombies();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

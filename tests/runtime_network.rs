@@ -398,7 +398,8 @@ async fn failed_add_fails_run_pod_sandbox_cleanly() {
     assert!(!nat_rules().contains(id));
     let (_, ps, _) = host_command(&["ps", "-eo", "args"]);
     assert!(!ps.contains(id), "a process of {id} left:\n{ps}");
-    assert!(zombie_children().is_empty());
+    let zombies = lasting_zombies();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

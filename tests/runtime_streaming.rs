@@ -170,7 +170,8 @@ async fn exec_streams_stdin_and_output_and_reports_exit_codes() {
     let outcome = exec_output(&cri, &id, &["/no/such/binary"]).await;
     assert_ne!(outcome.status()["status"], "Success");
     env.cleanup().await;
-    assert!(zombie_children().is_empty(), "{:?}", zombie_children());
+    let zombies = lasting_zombies();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

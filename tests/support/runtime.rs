@@ -347,6 +347,20 @@ pub fn zombie_children() -> Vec<i32> {
     out
 }
 
+/// Zombie children that stay zombies: tests in one binary run in parallel and the runtime's
+/// reaper collects asynchronously, so a zombie seen once may be another test's child a moment
+/// before its reap. One that is still unreaped after 3 s is a leak.
+pub fn lasting_zombies() -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let now = zombie_children();
+        if now.is_empty() || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// After a test (panicked or not): SIGKILL every process the runtime's records (under `rt/` or
 /// `runtime/`) say runs (when its start time still matches), CNI DEL what the records still have
 /// attached (while the namespace files still hold the netns), and detach every mount under the
