@@ -334,6 +334,33 @@ async fn api_pods_run_report_status_and_are_deleted() {
     assert!(running_containers(&rt, &uid(&web)).await.is_empty());
     assert_eq!(sandboxes(&rt, &uid(&web)).await, 0, "sandbox removed");
 
+    // The kubelet's events about web, as `kubectl get events` lists them (web names its node,
+    // so there is no Scheduled): Pulled, Created, Started and, on deletion, Killing.
+    let events = wait_for("web's Killing event", || {
+        let out = cluster.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=web",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reason} {.reportingComponent} {.involvedObject.fieldPath}|{.message}{\"\\n\"}{end}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains(" Killing ").then_some(text)
+    })
+    .await;
+    for line in [
+        "Normal Pulled kubelet spec.containers{main}|Container image",
+        "Normal Created kubelet spec.containers{main}|Created container: main",
+        "Normal Started kubelet spec.containers{main}|Started container main",
+        "Normal Killing kubelet spec.containers{main}|Stopping container main",
+    ] {
+        assert!(
+            events.lines().any(|l| l.starts_with(line)),
+            "{line} in {events}"
+        );
+    }
+
     // The agent SIGKILLed; meanwhile one pod is deleted gracefully (the object waits for the
     // node), one forcibly (the object is gone at once); a third stays.
     for name in ["keep", "graceful", "forced"] {

@@ -121,11 +121,14 @@ impl Agent {
     pub fn new(parts: AgentParts) -> Agent {
         let config = Arc::new(parts.config);
         let (probe_tx, probe_updates) = mpsc::unbounded_channel();
+        // One recorder for the whole sync loop; a sink (the API server) is set on it later.
+        let pod_events = Arc::new(crate::kubelet::events::PodEvents::default());
         let probes = Arc::new(ProbeManager::new(
             Arc::clone(&parts.runtime),
             Arc::clone(&parts.clock),
             config.node_ip.to_string(),
             probe_tx,
+            Arc::clone(&pod_events),
         ));
         let executor = Arc::new(Executor {
             runtime: Arc::clone(&parts.runtime),
@@ -135,6 +138,7 @@ impl Agent {
             config: Arc::clone(&config),
             clock: Arc::clone(&parts.clock),
             handlers: probes.handlers(),
+            events: Arc::clone(&pod_events),
         });
         let deps = Arc::new(SyncDeps {
             runtime: Arc::clone(&parts.runtime),
@@ -161,7 +165,7 @@ impl Agent {
             image_gc: parts.image_gc,
             sources_ready: None,
             admission: None,
-            pod_events: Arc::default(),
+            pod_events,
         }
     }
 

@@ -8,6 +8,7 @@ use crate::kubelet::backoff::{Backoff, BackoffKey};
 use crate::kubelet::clock::Clock;
 use crate::kubelet::config::AgentConfig;
 use crate::kubelet::environment::{ContainerMounts, PodEnvironment};
+use crate::kubelet::events::{PodEvents, reason as event};
 use crate::kubelet::podconfig::volumes::termination::termination_log_mount;
 use crate::kubelet::podconfig::{
     ContainerInputs, ObjectSource, container_config, pod_identity, sandbox_config,
@@ -104,6 +105,8 @@ pub struct Executor {
     pub config: Arc<AgentConfig>,
     pub clock: Arc<dyn Clock>,
     pub handlers: Handlers,
+    /// Pulling, Created, Started, Killing... as kubelet records them.
+    pub events: Arc<PodEvents>,
 }
 
 /// The sandbox containers are started in.
@@ -162,6 +165,8 @@ impl Executor {
         let mounts = match self.environment.setup_volumes(pod, self.objects.as_ref()) {
             Ok(mounts) => mounts,
             Err(message) => {
+                self.events
+                    .warning(pod, None, event::FAILED_MOUNT, message.clone());
                 results.push(SyncResult::new(
                     SyncAction::SetupVolumes,
                     pod.metadata.name.as_deref().unwrap_or_default(),
@@ -173,6 +178,12 @@ impl Executor {
         let sandbox = match self.sandbox_for(pod, rt, actions).await {
             Ok(sandbox) => sandbox,
             Err(error) => {
+                self.events.warning(
+                    pod,
+                    None,
+                    event::FAILED_CREATE_POD_SANDBOX,
+                    format!("Failed to create pod sandbox: {}", error.message),
+                );
                 results.push(SyncResult {
                     action: SyncAction::CreatePodSandbox,
                     target: pod.metadata.name.clone().unwrap_or_default(),
@@ -198,6 +209,7 @@ impl Executor {
                 let outcome = self
                     .start_container(pod, container, true, &sandbox, rt, &mounts, pull_backoff)
                     .await;
+                self.record_start_failure(pod, &container.name, &outcome);
                 results.push(SyncResult::new(
                     SyncAction::StartContainer,
                     &init.name,
@@ -215,6 +227,7 @@ impl Executor {
             let outcome = self
                 .start_container(pod, container, false, &sandbox, rt, &mounts, pull_backoff)
                 .await;
+            self.record_start_failure(pod, &container.name, &outcome);
             results.push(SyncResult::new(
                 SyncAction::StartContainer,
                 &start.name,
@@ -251,6 +264,14 @@ impl Executor {
         };
         let config = sandbox_config(pod, &self.config, attempt).map_err(config_error)?;
         let (_, _, uid) = pod_identity(pod).map_err(config_error)?;
+        if attempt > 0 {
+            self.events.normal(
+                pod,
+                None,
+                event::SANDBOX_CHANGED,
+                "Pod sandbox changed, it will be killed and re-created.".into(),
+            );
+        }
         for dir in [
             self.config.pod_dir(uid),
             config.log_directory.clone().into(),
@@ -314,13 +335,23 @@ impl Executor {
             .and_then(|r| r.image)
             .map(|i| i.id);
         let policy = pull_policy(container);
+        let name = Some(container.name.as_str());
         match (policy, present) {
-            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
+                self.events.normal(
+                    pod,
+                    name,
+                    event::PULLED,
+                    format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(id);
+            }
             ("Never", None) => {
-                return Err(sync_error(
-                    reason::ERR_IMAGE_NEVER_PULL,
-                    format!("Container image {image:?} is not present with pull policy of Never"),
-                ));
+                let message =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                self.events
+                    .warning(pod, name, event::ERR_IMAGE_NEVER_PULL, message.clone());
+                return Err(sync_error(reason::ERR_IMAGE_NEVER_PULL, message));
             }
             _ => {}
         }
@@ -329,6 +360,12 @@ impl Executor {
         let now = self.clock.wall();
         if let Some(failed_at) = pull_backoff.last_failure(&key) {
             if pull_backoff.remaining(&key, failed_at, now).is_some() {
+                self.events.normal(
+                    pod,
+                    name,
+                    event::BACK_OFF,
+                    format!("Back-off pulling image {image:?}"),
+                );
                 return Err(sync_error(
                     reason::IMAGE_PULL_BACK_OFF,
                     format!("Back-off pulling image {image:?}"),
@@ -339,6 +376,13 @@ impl Executor {
         let auth = self
             .environment
             .pull_auth(pod, image, self.objects.as_ref());
+        self.events.normal(
+            pod,
+            name,
+            event::PULLING,
+            format!("Pulling image {image:?}"),
+        );
+        let pull_started = self.clock.now();
         match self
             .images
             .pull_image(api::PullImageRequest {
@@ -351,16 +395,43 @@ impl Executor {
             Ok(resp) => {
                 pull_backoff.reset(&key);
                 tracing::info!(pod = %uid, image, "pulled image");
+                let took = self.clock.now().saturating_duration_since(pull_started);
+                self.events.normal(
+                    pod,
+                    name,
+                    event::PULLED,
+                    format!("Successfully pulled image {image:?} in {took:.3?}"),
+                );
                 Ok(resp.image_ref)
             }
             Err(status) => {
                 pull_backoff.record_failure(&key, self.clock.wall());
+                self.events.warning(
+                    pod,
+                    name,
+                    event::FAILED,
+                    format!("Failed to pull image {image:?}: {}", status.message()),
+                );
                 Err(sync_error(
                     reason::ERR_IMAGE_PULL,
                     format!("failed to pull image {image:?}: {}", status.message()),
                 ))
             }
         }
+    }
+
+    /// Records a failed start as kubelet's `Failed` event ("Error: ...").
+    fn record_start_failure(&self, pod: &Pod, container: &str, outcome: &Result<(), SyncError>) {
+        let Err(error) = outcome else { return };
+        let note = match error.reason {
+            // The pull's own events said more already; kubelet adds the reason.
+            reason::ERR_IMAGE_PULL | reason::IMAGE_PULL_BACK_OFF => {
+                format!("Error: {}", error.reason)
+            }
+            _ => format!("Error: {}", error.message),
+        };
+        self.events
+            .warning(pod, Some(container), event::FAILED, note);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -413,6 +484,13 @@ impl Executor {
             .await
             .map_err(|s| sync_error(reason::CREATE_CONTAINER_ERROR, s.message()))?
             .container_id;
+        let name = Some(container.name.as_str());
+        self.events.normal(
+            pod,
+            name,
+            event::CREATED,
+            format!("Created container: {}", container.name),
+        );
         self.runtime
             .start_container(api::StartContainerRequest {
                 container_id: id.clone(),
@@ -420,6 +498,12 @@ impl Executor {
             .await
             .map_err(|s| sync_error(reason::RUN_CONTAINER_ERROR, s.message()))?;
         tracing::info!(pod = %uid, container = %container.name, id = %id, restart_count, "started container");
+        self.events.normal(
+            pod,
+            name,
+            event::STARTED,
+            format!("Started container {}", container.name),
+        );
 
         if let Some(hook) = container
             .lifecycle
@@ -442,6 +526,12 @@ impl Executor {
                     state: RunState::Running,
                     ..Default::default()
                 };
+                self.events.warning(
+                    pod,
+                    name,
+                    event::FAILED_POST_START_HOOK,
+                    format!("PostStartHook failed: {message}"),
+                );
                 let kill_message = format!("FailedPostStartHook: {message}");
                 let _ = self
                     .kill_container(Some(pod), target.host, &view, &kill_message, None)

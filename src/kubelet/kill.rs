@@ -67,6 +67,18 @@ impl Executor {
             .and_then(|l| l.pre_stop.clone())
             .or_else(|| view.pre_stop.clone());
         tracing::info!(container = %view.name, id = %view.id, grace, %message, "killing container");
+        if let Some(pod) = pod.filter(|_| view.state == RunState::Running) {
+            let note = match message {
+                "" | "Stopping pod" => format!("Stopping container {}", view.name),
+                message => message.to_string(),
+            };
+            self.events.normal(
+                pod,
+                Some(&view.name),
+                crate::kubelet::events::reason::KILLING,
+                note,
+            );
+        }
         if let Some(hook) = pre_stop.filter(|_| view.state == RunState::Running && grace > 0) {
             let started = self.clock.now();
             let ports = spec_container
@@ -84,6 +96,14 @@ impl Executor {
                 .await
             {
                 tracing::warn!(container = %view.name, error = %err, "preStop hook failed");
+                if let Some(pod) = pod {
+                    self.events.warning(
+                        pod,
+                        Some(&view.name),
+                        crate::kubelet::events::reason::FAILED_PRE_STOP_HOOK,
+                        format!("PreStopHook failed: {err}"),
+                    );
+                }
             }
             let spent = self
                 .clock

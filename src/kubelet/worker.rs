@@ -277,6 +277,18 @@ async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> 
     let probes = deps.probes.results();
     let actions = compute_pod_actions(&state.pod, &rt, now, &state.restart_backoff, &probes);
     for waiting in &actions.backing_off {
+        let pod = &state.pod;
+        deps.executor.events.warning(
+            pod,
+            Some(&waiting.name),
+            crate::kubelet::events::reason::BACK_OFF,
+            format!(
+                "Back-off restarting failed container {} in pod {}_{}({uid})",
+                waiting.name,
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+            ),
+        );
         state.waiting.insert(
             waiting.name.clone(),
             Waiting {

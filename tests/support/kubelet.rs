@@ -61,6 +61,38 @@ impl PodEnvironment for RecordingEnvironment {
     }
 }
 
+/// Pod events the agent recorded, with the name of their pod.
+#[derive(Default)]
+pub struct RecordedEvents(pub Mutex<Vec<(String, PodEventRecord)>>);
+
+pub use runp::kubelet::events::PodEvent as PodEventRecord;
+
+impl runp::kubelet::events::PodEventSink for RecordedEvents {
+    fn record(&self, pod: &Pod, event: PodEventRecord) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.0.lock().unwrap().push((name, event));
+    }
+}
+
+impl RecordedEvents {
+    /// The events with `reason`, as (note, fieldPath).
+    pub fn with_reason(&self, reason: &str) -> Vec<(String, Option<String>)> {
+        self.all()
+            .into_iter()
+            .filter(|e| e.reason == reason)
+            .map(|e| (e.note, e.field_path))
+            .collect()
+    }
+
+    pub fn reasons(&self) -> Vec<String> {
+        self.all().into_iter().map(|e| e.reason).collect()
+    }
+
+    pub fn all(&self) -> Vec<PodEventRecord> {
+        self.0.lock().unwrap().iter().map(|e| e.1.clone()).collect()
+    }
+}
+
 /// A running agent.
 pub struct RunningAgent {
     pub events: mpsc::Sender<PodEvent>,
@@ -88,6 +120,8 @@ pub struct Harness {
     pub environment: Arc<RecordingEnvironment>,
     /// Use podconfig's real volume manager instead of the recording double.
     pub real_volumes: bool,
+    /// What the agent records as pod events.
+    pub pod_events: Arc<RecordedEvents>,
 }
 
 impl Harness {
@@ -105,6 +139,7 @@ impl Harness {
             clock,
             environment: Arc::new(RecordingEnvironment::default()),
             real_volumes: false,
+            pod_events: Arc::default(),
         }
     }
 
@@ -126,7 +161,8 @@ impl Harness {
             },
             clock: self.clock.clone(),
             image_gc: ImageGcPolicy::default(),
-        });
+        })
+        .with_pod_event_sink(self.pod_events.clone());
         let handle = agent.handle();
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = tokio::spawn(async move {

@@ -53,9 +53,40 @@ impl PodEvents {
                     warning,
                     reason: reason.to_string(),
                     note,
-                    field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+                    field_path: container.map(|c| field_path(pod, c)),
                 },
             );
         }
     }
+}
+
+/// kubelet's fieldPath of a container: `spec.initContainers{name}` for init containers.
+fn field_path(pod: &Pod, container: &str) -> String {
+    let is_init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|inits| inits.iter().any(|c| c.name == container));
+    match is_init {
+        true => format!("spec.initContainers{{{container}}}"),
+        false => format!("spec.containers{{{container}}}"),
+    }
+}
+
+/// The reasons kubelet's events carry (pkg/kubelet/events).
+pub mod reason {
+    pub const PULLING: &str = "Pulling";
+    pub const PULLED: &str = "Pulled";
+    pub const FAILED: &str = "Failed";
+    pub const BACK_OFF: &str = "BackOff";
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub const CREATED: &str = "Created";
+    pub const STARTED: &str = "Started";
+    pub const KILLING: &str = "Killing";
+    pub const UNHEALTHY: &str = "Unhealthy";
+    pub const FAILED_MOUNT: &str = "FailedMount";
+    pub const SANDBOX_CHANGED: &str = "SandboxChanged";
+    pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 }

@@ -8,6 +8,7 @@ use super::results::{ProbeKind, ProbeResult, ProbeResults};
 use super::state::{ProbeOutcome, ProbeSettings, ProbeState, Step};
 use crate::cri::RuntimeService;
 use crate::kubelet::clock::Clock;
+use crate::kubelet::events::{PodEvents, reason as event};
 use crate::kubelet::runtime_pod::{RunState, RuntimePod};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, Probe};
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ struct Shared {
     handlers: Handlers,
     results: Mutex<ProbeResults>,
     updates: mpsc::UnboundedSender<ProbeUpdate>,
+    events: Arc<PodEvents>,
 }
 
 impl Shared {
@@ -56,6 +58,8 @@ pub struct ProbeManager {
 /// What one worker probes.
 struct Job {
     pod_uid: String,
+    /// The pod's metadata only: what its Unhealthy events reference.
+    pod_ref: Pod,
     container_id: String,
     container_name: String,
     kind: ProbeKind,
@@ -81,6 +85,7 @@ impl ProbeManager {
         clock: Arc<dyn Clock>,
         host_ip: String,
         updates: mpsc::UnboundedSender<ProbeUpdate>,
+        events: Arc<PodEvents>,
     ) -> Self {
         ProbeManager {
             shared: Arc::new(Shared {
@@ -89,6 +94,7 @@ impl ProbeManager {
                 handlers: Handlers::new(),
                 results: Mutex::new(ProbeResults::default()),
                 updates,
+                events,
             }),
             host_ip,
             workers: Mutex::new(HashMap::new()),
@@ -132,6 +138,11 @@ impl ProbeManager {
                 };
                 wanted.push(Job {
                     pod_uid: uid.clone(),
+                    pod_ref: Pod {
+                        metadata: pod.metadata.clone(),
+                        spec: None,
+                        status: None,
+                    },
                     container_id: view.id.clone(),
                     container_name: container.name.clone(),
                     kind,
@@ -248,6 +259,13 @@ async fn run(shared: Arc<Shared>, job: Job) {
             tracing::debug!(
                 pod = %job.pod_uid, container = %job.container_name,
                 probe = job.kind.as_str(), %message, "probe failed"
+            );
+            // kubelet records every failed probe; the event recorder aggregates repeats.
+            shared.events.warning(
+                &job.pod_ref,
+                Some(&job.container_name),
+                event::UNHEALTHY,
+                format!("{} probe failed: {message}", job.kind.title()),
             );
         }
         if let Some(result) = state.observe(&outcome, &job.settings) {

@@ -12,6 +12,15 @@ pub enum ProbeKind {
 }
 
 impl ProbeKind {
+    /// As kubelet's event notes name it ("Liveness probe failed: ...").
+    pub fn title(self) -> &'static str {
+        match self {
+            ProbeKind::Liveness => "Liveness",
+            ProbeKind::Readiness => "Readiness",
+            ProbeKind::Startup => "Startup",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeKind::Liveness => "liveness",
