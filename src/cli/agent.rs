@@ -87,6 +87,9 @@ pub struct AgentArgs {
     // With --runtime=process: the streaming server (Exec/Attach/PortForward on --listen).
     #[command(flatten)]
     pub streaming: local::StreamingArgs,
+    // With --runtime=process: limits on every pod.
+    #[command(flatten)]
+    pub limits: local::LimitArgs,
     // Joining a cluster as a node.
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -215,6 +218,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
                 &args.network,
                 &args.registry,
                 &args.streaming,
+                &args.limits,
             )
             .await?;
             let listen = args

@@ -46,6 +46,15 @@ pub struct StreamingArgs {
     pub streaming_addr: SocketAddr,
 }
 
+/// Limits the runtime puts on every pod (`runp serve`, `runp agent --runtime=process`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    /// Processes (and threads) a pod may have at once: pids.max of its cgroup, as kubelet's
+    /// podPidsLimit. Unset or -1: unlimited. Needs usable cgroups (real root).
+    #[arg(long, allow_negative_numbers = true)]
+    pub pod_max_pids: Option<i64>,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetworkKind {
     Auto,
@@ -98,6 +107,7 @@ pub async fn start(
     network: &NetworkArgs,
     registry: &RegistryArgs,
     streaming: &StreamingArgs,
+    limits: &LimitArgs,
 ) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
     let store = ImageStore::open_with(&image_root, registry.store_options()?)
@@ -107,6 +117,7 @@ pub async fn start(
     let mut options = RuntimeOptions::new(global.root.join("runtime"), exe, store.clone(), reaper);
     options.node_ip = node_ip.map(|ip| ip.to_string());
     options.network = network.options();
+    options.pod_max_pids = limits.pod_max_pids.filter(|max| *max > 0);
     let runtime = ProcessRuntime::start(options)
         .await
         .context("starting the process runtime")?;

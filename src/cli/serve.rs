@@ -20,6 +20,8 @@ pub struct ServeArgs {
     pub registry: RegistryArgs,
     #[command(flatten)]
     pub streaming: local::StreamingArgs,
+    #[command(flatten)]
+    pub limits: local::LimitArgs,
 }
 
 pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -29,6 +31,7 @@ pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCod
         &args.network,
         &args.registry,
         &args.streaming,
+        &args.limits,
     )
     .await?;
     local::serve(&args.listen, &local, local::termination_signal()).await?;

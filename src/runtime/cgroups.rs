@@ -41,6 +41,8 @@ pub struct Usage {
 pub struct Cgroups {
     setup: Option<String>,
     unavailable: Option<String>,
+    /// pids.max of every pod cgroup.
+    pod_max_pids: Option<i64>,
 }
 
 impl Cgroups {
@@ -55,6 +57,7 @@ impl Cgroups {
                     "not real root (user namespace or unprivileged): cgroup controllers cannot be configured"
                         .to_string(),
                 ),
+                pod_max_pids: None,
             };
         }
         let setup = match libcgroups::common::get_cgroup_setup() {
@@ -63,6 +66,7 @@ impl Cgroups {
                 return Cgroups {
                     setup: None,
                     unavailable: Some(format!("no usable cgroup filesystem: {e}")),
+                    pod_max_pids: None,
                 };
             }
         };
@@ -82,7 +86,14 @@ impl Cgroups {
             setup: Some(setup.to_string()),
             unavailable: (!not_writable.is_empty())
                 .then(|| format!("not writable: {}", not_writable.join(", "))),
+            pod_max_pids: None,
         }
+    }
+
+    /// Every pod cgroup gets `pids.max = max` (a fork bomb stays inside its pod).
+    pub fn with_pod_max_pids(mut self, max: Option<i64>) -> Cgroups {
+        self.pod_max_pids = max.filter(|m| *m > 0);
+        self
     }
 
     /// A host where cgroups are never used (tests of the fallback paths).
@@ -90,6 +101,7 @@ impl Cgroups {
         Cgroups {
             setup: None,
             unavailable: Some(reason.to_string()),
+            pod_max_pids: None,
         }
     }
 
@@ -157,7 +169,31 @@ impl Cgroups {
         if let Some(res) = resources {
             self.update(path, res)?;
         }
+        if let Some(max) = self.pod_max_pids {
+            self.limit_pids(path, max)?;
+        }
         Ok(())
+    }
+
+    fn limit_pids(&self, path: &Path, max: i64) -> Result<()> {
+        let resources = oci_spec::runtime::LinuxResourcesBuilder::default()
+            .pids(
+                oci_spec::runtime::LinuxPidsBuilder::default()
+                    .limit(max)
+                    .build()
+                    .map_err(|e| RuntimeError::Internal(format!("pids limit: {e}")))?,
+            )
+            .build()
+            .map_err(|e| RuntimeError::Internal(format!("pids limit: {e}")))?;
+        let opt = ControllerOpt {
+            resources: &resources,
+            disable_oom_killer: false,
+            oom_score_adj: None,
+            freezer_state: None,
+        };
+        self.manager(path)?.apply(&opt).map_err(|e| {
+            RuntimeError::Internal(format!("pids limit of cgroup {}: {e}", path.display()))
+        })
     }
 
     /// Applies `res` to an existing cgroup.
@@ -283,6 +319,7 @@ mod tests {
         let on = Cgroups {
             setup: Some("hybrid".into()),
             unavailable: None,
+            pod_max_pids: None,
         };
         assert_eq!(
             on.pod_cgroup("", "abc").unwrap(),

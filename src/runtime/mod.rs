@@ -55,6 +55,8 @@ pub struct RuntimeOptions {
     pub shim_start_timeout: Duration,
     /// The pod network (CNI bridge, or loopback only).
     pub network: network::NetworkOptions,
+    /// pids.max of every pod cgroup (kubelet's podPidsLimit); None: unlimited.
+    pub pod_max_pids: Option<i64>,
 }
 
 impl RuntimeOptions {
@@ -74,6 +76,7 @@ impl RuntimeOptions {
             cgroups: None,
             shim_start_timeout: Duration::from_secs(60),
             network: network::NetworkOptions::default(),
+            pod_max_pids: None,
         }
     }
 }
@@ -124,7 +127,17 @@ impl ProcessRuntime {
             std::fs::create_dir_all(&dir).map_err(RuntimeError::io("creating", &dir))?;
         }
         let rootless = is_rootless();
-        let cgroups = opts.cgroups.unwrap_or_else(|| Cgroups::detect(rootless));
+        let cgroups = opts
+            .cgroups
+            .unwrap_or_else(|| Cgroups::detect(rootless))
+            .with_pod_max_pids(opts.pod_max_pids);
+        if let (Some(max), Some(reason)) = (opts.pod_max_pids, cgroups.unavailable_reason()) {
+            tracing::warn!(
+                max,
+                reason,
+                "the pod pids limit cannot be enforced: no usable cgroups"
+            );
+        }
         match cgroups.unavailable_reason() {
             None => tracing::info!(
                 setup = cgroups.setup_name(),
