@@ -43,7 +43,9 @@ fn ensure_host_paths(mounts: &[api::Mount]) -> Result<()> {
     Ok(())
 }
 
-/// LogPath = the sandbox's log_directory joined with the container's log_path.
+/// LogPath = the sandbox's log_directory joined with the container's log_path. Both come from
+/// the client: the directory must be absolute, the path relative, neither with `..` or NUL, so
+/// the log lands inside the directory the client named.
 fn log_path(
     sandbox: &api::PodSandboxConfig,
     config: &api::ContainerConfig,
@@ -51,18 +53,25 @@ fn log_path(
     if config.log_path.is_empty() || sandbox.log_directory.is_empty() {
         return Ok(None);
     }
-    let rel = Path::new(&config.log_path);
-    if rel.is_absolute()
-        || rel
-            .components()
+    let has_dotdot = |p: &Path| {
+        p.components()
             .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
+    };
+    let dir = Path::new(&sandbox.log_directory);
+    if !dir.is_absolute() || has_dotdot(dir) || sandbox.log_directory.contains('\0') {
         return Err(RuntimeError::invalid(format!(
-            "log_path {:?} must be relative to the sandbox log directory without '..'",
+            "the sandbox's log_directory {:?} must be an absolute path without '..' or NUL",
+            sandbox.log_directory
+        )));
+    }
+    let rel = Path::new(&config.log_path);
+    if rel.is_absolute() || has_dotdot(rel) || config.log_path.contains('\0') {
+        return Err(RuntimeError::invalid(format!(
+            "log_path {:?} must be relative to the sandbox log directory without '..' or NUL",
             config.log_path
         )));
     }
-    let path = Path::new(&sandbox.log_directory).join(rel);
+    let path = dir.join(rel);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .map_err(RuntimeError::io("creating log directory", parent))?;
