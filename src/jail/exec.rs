@@ -126,11 +126,17 @@ fn start(spec: &ExecSpec, stdio: Stdio) -> Result<(Pid, OwnedFd), JailError> {
     let pid = match &stdio.console {
         None => {
             let user = container.user;
+            // As containerd: the exec starts where the container's process does (libcontainer's
+            // tenant would start it in /).
+            let cwd = spec
+                .cwd
+                .clone()
+                .unwrap_or_else(|| container.process.cwd().clone());
             builder
                 .as_tenant()
                 .with_container_args(spec.args.clone())
                 .with_env(env)
-                .with_cwd(spec.cwd.clone())
+                .with_cwd(Some(cwd))
                 .with_detach(true)
                 .with_user(Some(user.uid()))
                 .with_group(Some(user.gid()))
