@@ -212,3 +212,64 @@ async fn rescan_requests_and_missing_directories() {
     source.rescan();
     assert_eq!(upserted(next(&mut rx).await).0, "p");
 }
+
+/// A YAML alias bomb ("billion laughs"): about 10^9 nodes if expanded.
+fn alias_bomb() -> String {
+    let mut text = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\nx0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..9 {
+        let prev = format!("*a{}", i - 1);
+        text.push_str(&format!(
+            "x{i}: &a{i} [{}]\n",
+            [prev.as_str(); 10].join(", ")
+        ));
+    }
+    text
+}
+
+#[tokio::test]
+async fn hostile_manifests_are_refused_by_name_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("good.yaml"), pod("good", "busybox")).unwrap();
+    std::fs::write(d.join("bomb.yaml"), alias_bomb()).unwrap();
+    // 50 MB: past the size cap, refused without being parsed.
+    let mut big = pod("big", "busybox");
+    big.push_str(&format!("# {}\n", "x".repeat(50 << 20)));
+    std::fs::write(d.join("big.yaml"), big).unwrap();
+    let mut latin1 = pod("latin", "busybox").into_bytes();
+    latin1.extend_from_slice(b"# caf\xe9\n");
+    std::fs::write(d.join("latin.yaml"), latin1).unwrap();
+    // 10,000 containers: parsed, then refused by validation (kubelet has no such cap, but the
+    // sandbox and every name would be).
+    let mut many =
+        String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: many}\nspec:\n  containers:\n");
+    for i in 0..10_000 {
+        many.push_str(&format!("  - {{name: c{i}, image: busybox}}\n"));
+    }
+    std::fs::write(d.join("many.yaml"), many).unwrap();
+
+    let (tx, mut rx) = mpsc::channel(16);
+    let options = SourceOptions {
+        rescan_interval: Duration::from_secs(3600),
+        debounce: Duration::from_millis(30),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let (source, _objects) = ManifestSource::spawn_with(d.to_path_buf(), tx, options).unwrap();
+    assert_eq!(upserted(next(&mut rx).await).0, "good");
+    for file in ["bomb.yaml", "big.yaml", "latin.yaml", "many.yaml"] {
+        let message = wait_for_problem(&source, file).await;
+        assert!(!message.is_empty(), "{file}");
+    }
+    let message = wait_for_problem(&source, "big.yaml").await;
+    assert!(message.contains("more than"), "{message}");
+    let message = wait_for_problem(&source, "latin.yaml").await;
+    assert!(message.contains("UTF-8"), "{message}");
+    let message = wait_for_problem(&source, "many.yaml").await;
+    assert!(message.contains("containers"), "{message}");
+    expect_quiet(&mut rx).await;
+    // Not a timing goal: a guard that the bomb was not expanded (that would take minutes).
+    assert!(started.elapsed() < Duration::from_secs(60));
+}

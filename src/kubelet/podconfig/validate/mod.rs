@@ -71,9 +71,24 @@ pub fn validate_pod_from(pod: &Pod, abilities: PodSourceAbilities) -> Result<(),
     }
 }
 
+/// Containers (init containers included) one pod may have here. The API has no such limit,
+/// but each is a process tree, a log and a status entry: 10,000 of them in one manifest are
+/// an accident or an attack, refused before anything is set up.
+pub const MAX_CONTAINERS_PER_POD: usize = 500;
+
 fn validate_spec(spec: &PodSpec, abilities: PodSourceAbilities, errs: &mut Errors) {
     if spec.containers.is_empty() {
         errs.add("spec.containers", "at least one container is required");
+    }
+    let count = spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len);
+    if count > MAX_CONTAINERS_PER_POD {
+        // One error, not one per container.
+        return errs.add(
+            "spec.containers",
+            format!(
+                "{count} containers (init containers included), more than the {MAX_CONTAINERS_PER_POD} a pod may have"
+            ),
+        );
     }
     errs.one_of(
         "spec.restartPolicy",
