@@ -89,3 +89,84 @@ spec:
         .count();
     assert_eq!(leftover, 0, "subPath pins left mounted");
 }
+
+/// Mode bits of `path` (following symlinks).
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_and_secret_directories_are_private_and_secret_files_keep_their_mode() {
+    let test = "state_and_secret_directories_are_private_and_secret_files_keep_their_mode";
+    let Some(env) = AgentEnv::for_test(test).await else {
+        return;
+    };
+    env.write(
+        "secret.yaml",
+        r#"apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: default}
+stringData: {password: hunter2, token: abc}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: modes, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "exec sleep 1000"]
+    volumeMounts: [{name: creds, mountPath: /creds}]
+  volumes:
+  - name: creds
+    secret:
+      secretName: creds
+      defaultMode: 0400
+      items: [{key: password, path: password}, {key: token, path: token, mode: 0440}]
+"#,
+    );
+    let agent = env.start();
+    wait_for("modes running", || {
+        env.phase("modes").as_deref() == Some("Running")
+    })
+    .await;
+    // The runtime's state (container specs with their env) and the pods' volumes.
+    assert_eq!(mode(&env.root().join("rt")), 0o700);
+    assert_eq!(mode(&env.root().join("var/pods")), 0o750);
+    let volume = env
+        .root()
+        .join("var/pods")
+        .join(env.uid("modes"))
+        .join("volumes/kubernetes.io~secret/creds");
+    assert_eq!(mode(&volume.join("password")), 0o400);
+    assert_eq!(mode(&volume.join("token")), 0o440);
+    // As the container sees them.
+    let seen = env
+        .output(
+            "modes",
+            "main",
+            &[
+                "stat",
+                "-L",
+                "-c",
+                "%a %n",
+                "/creds/password",
+                "/creds/token",
+            ],
+        )
+        .await;
+    assert_eq!(
+        seen.trim(),
+        "400 /creds/password\n440 /creds/token",
+        "{seen}"
+    );
+    agent.stop().await;
+    env.cleanup().await;
+}

@@ -208,6 +208,10 @@ impl Agent {
 
     async fn prepare(&self) -> Result<(), AgentError> {
         let config = &self.deps.config;
+        // Pod volumes hold Secret files: kubelet's 0750 for its pods directory.
+        let pods = config.root_dir.join("var/pods");
+        crate::util::private_dir::ensure_private_dir(&pods, 0o750)
+            .map_err(|source| AgentError::Directory { path: pods, source })?;
         for path in [
             config.root_dir.join("var/pods"),
             config.log_root.join("pods"),

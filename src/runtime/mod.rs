@@ -119,6 +119,9 @@ impl ProcessRuntime {
         let layout = Layout {
             root: opts.root.clone(),
         };
+        // Container specs carry their env (secrets among it): the state is root's alone.
+        crate::util::private_dir::ensure_private_dir(&layout.root, 0o700)
+            .map_err(RuntimeError::io("creating", &layout.root))?;
         for dir in [
             layout.sandboxes(),
             layout.containers(),
