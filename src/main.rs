@@ -36,13 +36,33 @@ enum Command {
     Logs(cli::pods::LogsArgs),
     /// Run a command in a running container (non-interactive, CRI ExecSync).
     Exec(cli::exec::ExecArgs),
+    /// The agent's configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Internal entry points used when runp re-executes itself.
     #[command(flatten)]
     Internal(cli::internal::InternalCommand),
 }
 
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print a complete, commented default configuration for `runp agent --config`.
+    Default,
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match cli::config_file::expand_args(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("runp: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
+    if let Command::Config(ConfigCommand::Default) = cli.command {
+        print!("{}", cli::config_file::DEFAULT);
+        return ExitCode::SUCCESS;
+    }
     if let Command::Internal(cmd) = cli.command {
         // Single-threaded on purpose: these fork, set up namespaces and exec.
         return cli::internal::run(cmd);
@@ -67,7 +87,7 @@ fn main() -> ExitCode {
             Command::Ps => cli::pods::ps(&cli.global),
             Command::Logs(args) => cli::pods::logs(&cli.global, args).await,
             Command::Exec(args) => cli::exec::exec(&cli.global, args).await,
-            Command::Internal(_) => unreachable!("dispatched above"),
+            Command::Internal(_) | Command::Config(_) => unreachable!("dispatched above"),
         }
     });
     match result {

@@ -84,13 +84,25 @@ async fn agent_cli_end_to_end() {
         },
     ));
 
+    // The settings come from a configuration file (kubelet's staticPodPath), the runtime from
+    // a flag that overrides the file's.
     let endpoint = format!("unix://{}", socket.display());
+    let config = dir.path().join("agent.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: runp.io/v1alpha1\nkind: AgentConfiguration\nstaticPodPath: {}\n\
+             runtime: process\nruntimeEndpoint: {endpoint}\n",
+            manifests.display()
+        ),
+    )
+    .unwrap();
     let mut agent = Command::new(env!("CARGO_BIN_EXE_runp"))
         .arg("--root")
         .arg(&root)
-        .args(["agent", "--manifests"])
-        .arg(&manifests)
-        .args(["--runtime", "remote", "--runtime-endpoint", &endpoint])
+        .args(["agent", "--config"])
+        .arg(&config)
+        .args(["--runtime", "remote"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -231,4 +243,36 @@ async fn agent_cli_end_to_end() {
     assert_eq!(fake.running("app"), running, "pods survive the agent");
     let _ = stop_server.send(());
     let _ = server.await;
+}
+
+#[test]
+fn the_default_configuration_and_a_broken_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = runp(dir.path(), &["config", "default"]);
+    assert!(default.status.success());
+    let text = stdout(&default);
+    assert!(
+        text.contains("maxPods: 110") && text.contains("staticPodPath"),
+        "{text}"
+    );
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, format!("{text}maxPodz: 3\n")).unwrap();
+    let out = runp(
+        dir.path(),
+        &[
+            "agent",
+            "--config",
+            broken.to_str().unwrap(),
+            "--manifests",
+            "/nonexistent",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line = text.lines().count() + 1;
+    assert!(
+        stderr.contains("maxPodz") && stderr.contains(&format!("line {line}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
 }

@@ -32,6 +32,10 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
+    /// YAML configuration (`runp config default` prints one); flags given here override it.
+    /// Read before the other flags are parsed.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Directory of Pod, ConfigMap and Secret manifests (YAML/JSON), watched for changes.
     /// With --kubeconfig its pods are static pods of the node.
     #[arg(long, required_unless_present_any = ["kubeconfig", "in_cluster"])]

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod config_file;
 pub mod exec;
 pub mod image;
 pub mod internal;
