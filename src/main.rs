@@ -5,7 +5,7 @@
 
 mod cli;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -39,6 +39,13 @@ enum Command {
     /// The agent's configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) to stdout.
+    Man,
+    /// Whether the agent (or `runp serve`) answers on its CRI socket and its runtime is ready:
+    /// exit 0 if so, 1 with the reason if not (a container HEALTHCHECK).
+    Health(cli::health::HealthArgs),
     /// Internal entry points used when runp re-executes itself.
     #[command(flatten)]
     Internal(cli::internal::InternalCommand),
@@ -59,9 +66,26 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse_from(args);
-    if let Command::Config(ConfigCommand::Default) = cli.command {
-        print!("{}", cli::config_file::DEFAULT);
-        return ExitCode::SUCCESS;
+    match &cli.command {
+        Command::Config(ConfigCommand::Default) => {
+            print!("{}", cli::config_file::DEFAULT);
+            return ExitCode::SUCCESS;
+        }
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(*shell, &mut command, "runp", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("runp: {err}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
     }
     if let Command::Internal(cmd) = cli.command {
         // Single-threaded on purpose: these fork, set up namespaces and exec.
@@ -87,7 +111,13 @@ fn main() -> ExitCode {
             Command::Ps => cli::pods::ps(&cli.global),
             Command::Logs(args) => cli::pods::logs(&cli.global, args).await,
             Command::Exec(args) => cli::exec::exec(&cli.global, args).await,
-            Command::Internal(_) | Command::Config(_) => unreachable!("dispatched above"),
+            Command::Health(args) => cli::health::run(&cli.global, args).await,
+            Command::Internal(_)
+            | Command::Config(_)
+            | Command::Completions { .. }
+            | Command::Man => {
+                unreachable!("dispatched above")
+            }
         }
     });
     match result {

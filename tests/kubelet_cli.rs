@@ -108,6 +108,23 @@ async fn agent_cli_end_to_end() {
         .spawn()
         .unwrap();
 
+    // The health check asks the CRI socket; a socket nobody serves is unhealthy.
+    let health = runp(&root, &["health", "--endpoint", &endpoint]);
+    assert!(health.status.success(), "{}", stdout(&health));
+    assert!(
+        stdout(&health).starts_with("healthy"),
+        "{}",
+        stdout(&health)
+    );
+    let missing = format!("unix://{}", dir.path().join("none.sock").display());
+    let health = runp(&root, &["health", "--endpoint", &missing, "--timeout", "1"]);
+    assert_eq!(health.status.code(), Some(1));
+    assert!(
+        stdout(&health).starts_with("unhealthy"),
+        "{}",
+        stdout(&health)
+    );
+
     wait_for("both pods running", || {
         let out = stdout(&runp(&root, &["pods"]));
         out.lines().filter(|l| l.contains("Running")).count() == 2
@@ -275,4 +292,37 @@ fn the_default_configuration_and_a_broken_one() {
         "{stderr}"
     );
     assert!(stderr.contains("broken.yaml"), "{stderr}");
+}
+
+#[test]
+fn completions_man_page_and_service_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    for (shell, marker) in [
+        ("bash", "complete"),
+        ("zsh", "#compdef runp"),
+        ("fish", "complete -c runp"),
+    ] {
+        let out = runp(dir.path(), &["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let text = stdout(&out);
+        assert!(
+            text.contains(marker) && text.contains("agent"),
+            "{shell}: {text}"
+        );
+    }
+    let man = stdout(&runp(dir.path(), &["man"]));
+    assert!(man.starts_with(".ie") || man.contains(".TH runp"), "{man}");
+    assert!(man.contains("agent") && man.contains("serve"), "{man}");
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/packaging/runp.service"),
+    )
+    .unwrap();
+    for line in [
+        "Delegate=yes",
+        "KillMode=process",
+        "Restart=on-failure",
+        "ExecStart=/usr/local/bin/runp --root /var/lib/runp agent --runtime=process --config /etc/runp/agent.yaml",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line}");
+    }
 }

@@ -71,8 +71,8 @@ pub const DEFAULT: &str = r#"# runp agent configuration (runp agent --config FIL
 apiVersion: runp.io/v1alpha1
 kind: AgentConfiguration
 
-# Pods: static pods from a manifest directory (--manifests).
-# staticPodPath: /etc/runp/manifests
+# Pods: static pods from a manifest directory, watched for changes (--manifests).
+staticPodPath: /etc/runp/manifests
 maxPods: 110                        # --max-pods
 clusterDNS: []                      # --cluster-dns, for dnsPolicy ClusterFirst
 clusterDomain: cluster.local        # --cluster-domain
@@ -317,6 +317,10 @@ mod tests {
                 .map(|(_, v)| v.clone())
         };
         assert_eq!(get("--max-pods"), Some(vec!["110".to_string()]));
+        assert_eq!(
+            get("--manifests"),
+            Some(vec!["/etc/runp/manifests".to_string()])
+        );
         assert_eq!(
             get("--container-log-max-size"),
             Some(vec![(512u64 << 20).to_string()])

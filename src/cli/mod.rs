@@ -4,6 +4,7 @@ pub mod agent;
 pub mod cluster;
 pub mod config_file;
 pub mod exec;
+pub mod health;
 pub mod image;
 pub mod internal;
 pub mod local;
