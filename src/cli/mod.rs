@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod exec;
 pub mod image;
 pub mod internal;
+pub mod kubelet_api;
 pub mod local;
 pub mod pods;
 pub mod serve;
