@@ -3,7 +3,8 @@
 //! to a busybox httpd all go API server → kubelet port;
 //! authentication and authorization straight at the kubelet port: no credentials 401, a
 //! service-account token without RBAC 403 (naming the permission), with nodes/proxy 200, a
-//! cluster-CA client certificate 200, a client certificate of another CA refused. One control
+//! cluster-CA client certificate 200, a client certificate of another CA refused;
+//! /stats/summary and /metrics/resource with the pod's figures. One control
 //! plane, one agent, one pod.
 
 #[path = "support/image.rs"]
@@ -447,6 +448,56 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
         &admin,
     );
     assert_eq!((code, body.as_str()), (200, "later\n"));
+    // Stats: nodes/stats is not nodes/proxy.
+    let (code, body) = curl(port, "/stats/summary", &["-H", &reader]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=stats"), "{body}");
+    let (code, body) = curl(port, "/stats/summary", &admin);
+    assert_eq!(code, 200, "{body}");
+    let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let node = &summary["node"];
+    assert_eq!(node["nodeName"], NODE);
+    for figure in [
+        &node["cpu"]["usageCoreNanoSeconds"],
+        &node["memory"]["workingSetBytes"],
+        &node["fs"]["capacityBytes"],
+    ] {
+        assert!(figure.as_u64().is_some_and(|v| v > 0), "{node}");
+    }
+    let pods = summary["pods"].as_array().unwrap();
+    let kapi = pods
+        .iter()
+        .find(|p| p["podRef"]["name"] == "kapi")
+        .unwrap_or_else(|| panic!("kapi in {summary}"));
+    let names: Vec<&str> = kapi["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"logger") && names.contains(&"web"),
+        "{kapi}"
+    );
+    assert!(
+        kapi["memory"]["workingSetBytes"]
+            .as_u64()
+            .is_some_and(|v| v > 0),
+        "{kapi}"
+    );
+    let (code, metrics) = curl(port, "/metrics/resource", &admin);
+    assert_eq!(code, 200, "{metrics}");
+    for prefix in [
+        "node_cpu_usage_seconds_total ",
+        "node_memory_working_set_bytes ",
+        "container_cpu_usage_seconds_total{container=\"logger\",namespace=\"default\",pod=\"kapi\"} ",
+        "pod_memory_working_set_bytes{namespace=\"default\",pod=\"kapi\"} ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(prefix)),
+            "{prefix}\n{metrics}"
+        );
+    }
     let (cert, key) = foreign_client_cert(root);
     let (code, body) = curl(port, "/pods", &["--cert", &cert, "--key", &key]);
     assert_eq!(code, 0, "no HTTP answer with a foreign certificate: {body}");

@@ -161,6 +161,7 @@ async fn start_node(
 
 /// The kubelet API of a cluster node (`--kubelet-port`, 0 for none).
 async fn start_kubelet_api(
+    global: &GlobalOpts,
     args: &AgentArgs,
     api: &ApiClient,
     runtime: Arc<dyn RuntimeService>,
@@ -170,6 +171,7 @@ async fn start_kubelet_api(
         name: &args.node_name,
         ip: args.node_ip,
         port: args.cluster.kubelet_port,
+        root: &global.root,
     };
     let pods = Arc::new(agent.handle());
     super::kubelet_api::start(&args.cluster.api, node, api, runtime, pods).await
@@ -334,7 +336,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         }
     });
     let kubelet_api = match &api {
-        Some(api) => start_kubelet_api(&args, api, runtime, &agent).await?,
+        Some(api) => start_kubelet_api(global, &args, api, runtime, &agent).await?,
         None => None,
     };
     let shutdown = local::termination_signal();

@@ -51,6 +51,7 @@ pub struct NodeIdentity<'a> {
     pub name: &'a str,
     pub ip: IpAddr,
     pub port: u16,
+    pub root: &'a std::path::Path,
 }
 
 /// Starts the kubelet API; None with port 0.
@@ -107,10 +108,18 @@ pub async fn start(
         runtime,
         pods,
         configz,
+        node_name: node.name.to_string(),
+        root: node.root.to_path_buf(),
     };
     let bind = SocketAddr::new(args.address, node.port);
-    let server = KubeletServer::start(bind, config, node.name, auth, context)
-        .await
-        .context("starting the kubelet API")?;
-    Ok(Some(server))
+    // A port already taken (another agent, a kubelet) degrades the node, it does not stop
+    // its pods: logs and exec are unavailable, everything else runs. Bad TLS files above do
+    // stop the agent, as a misconfiguration.
+    match KubeletServer::start(bind, config, node.name, auth, context).await {
+        Ok(server) => Ok(Some(server)),
+        Err(err) => {
+            tracing::error!(error = %err, "the kubelet API cannot start; running without it");
+            Ok(None)
+        }
+    }
 }

@@ -5,6 +5,7 @@ use super::lookup::{self, LookupError, PodRef};
 use super::proxy;
 use super::response::{Body, full, json, text};
 use super::routes::Endpoint;
+use super::stats;
 use super::streamopts::{ports, run_command, stream_options};
 use crate::cri::{RuntimeService, api};
 use hyper::body::Incoming;
@@ -30,6 +31,9 @@ pub struct Context {
     pub pods: Arc<dyn PodSource>,
     /// `/configz`'s `kubeletconfig`.
     pub configz: serde_json::Value,
+    pub node_name: String,
+    /// The agent's root: the node filesystem figures are its filesystem's.
+    pub root: std::path::PathBuf,
 }
 
 fn lookup_error(err: &LookupError) -> Response<Body> {
@@ -139,6 +143,26 @@ pub async fn handle(
             }
         }
         Endpoint::Run => run(runtime.as_ref(), &pod, &container, &query).await,
+        Endpoint::StatsSummary | Endpoint::MetricsResource => {
+            let rt = match stats::runtime_figures(runtime.as_ref()).await {
+                Ok(rt) => rt,
+                Err(status) => return cri_error("stats", &status),
+            };
+            let root = ctx.root.clone();
+            let node = tokio::task::spawn_blocking(move || stats::node_figures(&root))
+                .await
+                .unwrap_or_default();
+            let now = chrono::Utc::now();
+            if endpoint == Endpoint::StatsSummary {
+                return json(&stats::summary(&ctx.node_name, &node, &rt, now));
+            }
+            let mut response = Response::new(full(stats::resource_metrics(&node, &rt, now)));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            response
+        }
     }
 }
 

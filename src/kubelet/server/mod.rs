@@ -4,7 +4,7 @@
 //! ([`routes`]), the SubjectAccessReview and TokenReview cache ([`review`]), the stream
 //! queries ([`streamopts`]). The server: TLS and client certificates ([`tls`]), authentication
 //! and authorization ([`auth`]), the listener ([`serve`]), the endpoints ([`handlers`],
-//! [`logs`], and [`proxy`] for exec/attach/portForward streams).
+//! [`logs`], [`stats`], and [`proxy`] for exec/attach/portForward streams).
 
 pub mod auth;
 pub mod authz;
@@ -18,6 +18,7 @@ pub mod response;
 pub mod review;
 pub mod routes;
 pub mod serve;
+pub mod stats;
 pub mod streamopts;
 pub mod tls;
 
