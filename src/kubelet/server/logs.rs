@@ -287,7 +287,174 @@ impl LogReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubelet::clock::SystemClock;
+    use crate::kubelet::fake::FakeRuntime;
+    use crate::kubelet::labels;
+    use http_body_util::BodyExt;
+    use std::collections::HashMap;
     use std::io::Cursor;
+
+    /// A running container `c` of pod `ns/p` in the fake runtime, logging to `log`.
+    async fn container(rt: &Arc<FakeRuntime>, log: &std::path::Path) -> String {
+        rt.add_image("busybox", 1);
+        let pod_labels = HashMap::from([
+            (labels::POD_NAMESPACE.to_string(), "ns".to_string()),
+            (labels::POD_NAME.to_string(), "p".to_string()),
+        ]);
+        let sandbox_config = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                attempt: 0,
+            }),
+            labels: pod_labels.clone(),
+            ..Default::default()
+        };
+        let sandbox = rt
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(sandbox_config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap()
+            .pod_sandbox_id;
+        let mut container_labels = pod_labels;
+        container_labels.insert(labels::CONTAINER_NAME.to_string(), "c".to_string());
+        let id = rt
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox,
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: "c".into(),
+                        attempt: 0,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "busybox".into(),
+                        ..Default::default()
+                    }),
+                    labels: container_labels,
+                    log_path: log.to_string_lossy().into_owned(),
+                    ..Default::default()
+                }),
+                sandbox_config: Some(sandbox_config),
+            })
+            .await
+            .unwrap()
+            .container_id;
+        rt.start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+        id
+    }
+
+    fn append(path: &std::path::Path, text: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Reads the body until `want` was received (or the body ended); what was read.
+    async fn read_until(body: &mut Body, got: &mut String, want: &str) -> bool {
+        let deadline = Duration::from_secs(30);
+        while !got.ends_with(want) {
+            let frame = tokio::time::timeout(deadline, body.frame()).await;
+            match frame.expect("hang guard: log output") {
+                Some(frame) => {
+                    if let Ok(data) = frame.unwrap().into_data() {
+                        got.push_str(&String::from_utf8_lossy(&data));
+                    }
+                }
+                None => return false,
+            }
+        }
+        true
+    }
+
+    #[tokio::test]
+    async fn follow_goes_on_across_rotation_and_ends_with_the_container() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        append(&log, "2026-12-05T16:00:00Z stdout F one\n");
+        let rt = FakeRuntime::new(Arc::new(SystemClock));
+        let id = container(&rt, &log).await;
+        let pod = PodRef {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: None,
+        };
+        let response = serve(rt.clone(), pod, "c", "follow=true").await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body();
+        let mut got = String::new();
+        assert!(read_until(&mut body, &mut got, "one\n").await);
+        append(
+            &log,
+            "2026-12-05T16:00:01Z stdout P tw\n2026-12-05T16:00:01Z stdout F o\n",
+        );
+        assert!(read_until(&mut body, &mut got, "two\n").await);
+        // Rotation as the agent does it: renamed, then the runtime writes a new file.
+        std::fs::rename(&log, dir.path().join("0.log.20261205-160002")).unwrap();
+        append(&log, "2026-12-05T16:00:02Z stderr F three\n");
+        assert!(read_until(&mut body, &mut got, "three\n").await);
+        append(&log, "2026-12-05T16:00:03Z stdout F four\n");
+        rt.exit_container(&id, 0);
+        assert!(read_until(&mut body, &mut got, "four\n").await);
+        assert!(!read_until(&mut body, &mut got, "never").await, "ends");
+        assert_eq!(got, "one\ntwo\nthree\nfour\n");
+    }
+
+    #[tokio::test]
+    async fn plain_reads_tail_and_limit_and_unknown_containers_404() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        for i in 0..5000 {
+            append(&log, &format!("2026-12-05T16:00:00Z stdout F line {i}\n"));
+        }
+        let rt = FakeRuntime::new(Arc::new(SystemClock));
+        container(&rt, &log).await;
+        let pod = PodRef {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: None,
+        };
+        let table = [
+            ("tailLines=2", "line 4998\nline 4999\n"),
+            (
+                "tailLines=2&timestamps=true",
+                "2026-12-05T16:00:00Z line 4998\n2026-12-05T16:00:00Z line 4999\n",
+            ),
+            ("tailLines=3&limitBytes=12", "line 4997\nli"),
+            ("limitBytes=7", "line 0\n"),
+            ("sinceTime=2026-12-05T16:00:01Z", ""),
+        ];
+        for (query, want) in table {
+            let response = serve(rt.clone(), pod.clone(), "c", query).await;
+            assert_eq!(response.status(), StatusCode::OK, "{query}");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(String::from_utf8_lossy(&body), want, "{query}");
+        }
+        let whole = serve(rt.clone(), pod.clone(), "c", "").await;
+        let body = whole.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            body.len(),
+            (0..5000)
+                .map(|i| format!("line {i}\n").len())
+                .sum::<usize>()
+        );
+        let missing = serve(rt.clone(), pod.clone(), "nope", "").await;
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        let previous = serve(rt.clone(), pod.clone(), "c", "previous=true").await;
+        assert_eq!(previous.status(), StatusCode::NOT_FOUND);
+        let bad = serve(rt.clone(), pod, "c", "tailLines=-1").await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    }
 
     #[test]
     fn tail_offset_finds_the_last_lines() {

@@ -1,7 +1,7 @@
 //! Exec, attach and port-forward streams: the runtime answers the CRI call with a one-time URL
 //! on its streaming server, and the client's HTTP upgrade request is forwarded there (kubelet's
 //! UpgradeAwareHandler). Once both sides switched protocols the bytes are spliced both ways, so
-//! SPDY and WebSocket pass alike. Each stream lives in its own task: a client that goes away
+//! SPDY and WebSocket pass alike, until either side closes. Each stream lives in its own task: a client that goes away
 //! closes the runtime's side (which then ends the session and its process).
 
 use super::response::{Body, full, text};
@@ -117,13 +117,37 @@ pub async fn upgrade(client: Request<Incoming>, url: &str) -> Result<Response<Bo
                 return;
             }
         };
-        let (mut c, mut b) = (TokioIo::new(client_side), TokioIo::new(backend_side));
-        match tokio::io::copy_bidirectional(&mut c, &mut b).await {
-            Ok((up, down)) => tracing::debug!(up, down, "stream ended"),
-            Err(err) => tracing::debug!(error = %err, "stream ended"),
-        }
+        splice(TokioIo::new(client_side), TokioIo::new(backend_side)).await;
     });
     Ok(out)
+}
+
+/// Copies both ways until either side is done, then closes both (as kubelet's and the API
+/// server's proxies do): a client's EOF means it is gone — stdin's end travels inside the
+/// stream protocol — so the runtime's side must close too, which ends the session and its
+/// process even when the process writes nothing.
+async fn splice<C, B>(client: C, backend: B)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut backend_read, mut backend_write) = tokio::io::split(backend);
+    let up = async {
+        let copied = tokio::io::copy(&mut client_read, &mut backend_write).await;
+        let _ = backend_write.shutdown().await;
+        copied
+    };
+    let down = async {
+        let copied = tokio::io::copy(&mut backend_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+        copied
+    };
+    tokio::select! {
+        copied = up => tracing::debug!(?copied, "stream ended by the client"),
+        copied = down => tracing::debug!(?copied, "stream ended by the runtime"),
+    }
 }
 
 /// The answer when the stream could not be set up.
@@ -157,6 +181,32 @@ mod tests {
             let want = want.map(|(a, p)| (a.to_string(), p.to_string()));
             assert_eq!(got, want, "{url}");
         }
+    }
+
+    #[tokio::test]
+    async fn splice_carries_both_ways_and_a_gone_client_closes_the_runtime_side() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+        let (mut client, client_near) = duplex(1024);
+        let (backend_near, mut backend) = duplex(1024);
+        let task = tokio::spawn(splice(client_near, backend_near));
+        client.write_all(b"stdin").await.unwrap();
+        let mut buf = [0u8; 5];
+        backend.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"stdin");
+        backend.write_all(b"out").await.unwrap();
+        let mut buf = [0u8; 3];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"out");
+        // The client goes away; the runtime's side, silent, is closed all the same.
+        drop(client);
+        tokio::time::timeout(std::time::Duration::from_secs(30), task)
+            .await
+            .expect("hang guard: splice ends with its client")
+            .unwrap();
+        let mut rest = Vec::new();
+        backend.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        assert!(backend.write_all(b"late output").await.is_err());
     }
 
     #[test]
