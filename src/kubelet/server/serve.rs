@@ -144,7 +144,10 @@ async fn accept_loop(
                 let (shared, cert_user) = (Arc::clone(&shared), cert_user.clone());
                 async move { Ok::<_, Infallible>(dispatch(&shared, cert_user, request).await) }
             });
+            // hyper's request-header timeout (30 s) needs a timer: a client that never
+            // finishes its headers does not keep its task forever.
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(TokioIo::new(tls), service)
                 .with_upgrades();
             tokio::select! {
