@@ -91,8 +91,12 @@ log "loading busybox into the node's image store"
 "$runp_bin" --root "$root" image load rootfs-fixtures/build/busybox-oci.tar >/dev/null
 
 log "starting runp agent as node $node (log: $root/agent.log)"
+# The kubelet API (kubectl logs/exec) on a free loopback port; the API server's kubelet
+# client certificate is signed by the cluster CA.
+kubelet_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$runp_bin" --root "$root" agent --runtime=process --kubeconfig "$K8S_NODE_KUBECONFIG" \
-  --node-name "$node" --node-ip 127.0.0.1 >"$root/agent.log" 2>&1 &
+  --node-name "$node" --node-ip 127.0.0.1 --address 127.0.0.1 --kubelet-port "$kubelet_port" \
+  --client-ca-file "$K8S_CA" >"$root/agent.log" 2>&1 &
 agent=$!
 wait_until "node $node Ready" k wait --for=condition=Ready "node/$node" --timeout=5s
 
@@ -112,7 +116,7 @@ spec:
       - name: main
         image: busybox
         imagePullPolicy: IfNotPresent
-        command: [sleep, "3600"]
+        command: [sh, -c, 'echo "started on $(hostname)"; exec sleep 3600']
 EOF
 running() {
   [ "$(k get pods -l app=sample --field-selector=status.phase=Running -o name | wc -l)" -eq 3 ]
@@ -125,6 +129,14 @@ log "kubectl get pods -o wide"
 k get pods -o wide
 ips=$(k get pods -l app=sample -o jsonpath='{range .items[*]}{.status.podIP}{"\n"}{end}' | grep -c .)
 [ "$ips" -eq 3 ] || { echo "run-cluster-sample: $ips of 3 pods have a pod IP" >&2; exit 1; }
+
+pod=$(k get pods -l app=sample -o jsonpath='{.items[0].metadata.name}')
+log "kubectl logs $pod"
+k logs "$pod" | tee "$tmp/logs.out"
+grep -q "started on $pod" "$tmp/logs.out" || { echo "run-cluster-sample: no log line from $pod" >&2; exit 1; }
+log "kubectl exec $pod -- sh -c 'echo hello from \$(hostname)'"
+k exec "$pod" -- sh -c 'echo hello from $(hostname)' | tee "$tmp/exec.out"
+grep -q "hello from $pod" "$tmp/exec.out" || { echo "run-cluster-sample: exec failed in $pod" >&2; exit 1; }
 
 log "deleting the Deployment"
 k delete deployment sample --wait=false

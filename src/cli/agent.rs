@@ -166,6 +166,24 @@ async fn start_node(
         .with_context(|| format!("registering node {name}"))
 }
 
+/// The kubelet API of a cluster node (`--kubelet-port`, 0 for none).
+async fn start_kubelet_api(
+    global: &GlobalOpts,
+    args: &AgentArgs,
+    api: &ApiClient,
+    runtime: Arc<dyn RuntimeService>,
+    agent: &Agent,
+) -> anyhow::Result<Option<runp::kubelet::server::KubeletServer>> {
+    let node = super::kubelet_api::NodeIdentity {
+        name: &args.node_name,
+        ip: args.node_ip,
+        port: args.cluster.kubelet_port,
+        root: &global.root,
+    };
+    let pods = Arc::new(agent.handle());
+    super::kubelet_api::start(&args.cluster.api, node, api, runtime, pods).await
+}
+
 /// Logs manifest problems (file and reason) once each.
 fn report_problems(source: &ManifestSource, seen: &mut HashSet<String>) {
     let problems = source.problems();
@@ -286,7 +304,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     ));
     let config_node_name = config.node_name.clone();
     let mut agent = Agent::new(AgentParts {
-        runtime,
+        runtime: runtime.clone(),
         images,
         config,
         events: rx,
@@ -325,8 +343,15 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             report_problems(&source, &mut seen);
         }
     });
+    let kubelet_api = match &api {
+        Some(api) => start_kubelet_api(global, &args, api, runtime, &agent).await?,
+        None => None,
+    };
     let shutdown = local::termination_signal();
     let result = agent.run(shutdown).await;
+    if let Some(server) = kubelet_api {
+        server.stop().await;
+    }
     problems.abort();
     if let Some(middleware) = middleware {
         middleware.abort();

@@ -24,9 +24,13 @@ pub struct ClusterArgs {
     /// Resources held back from pods (`cpu=500m,memory=1Gi,ephemeral-storage=1Gi,pid=1000`).
     #[arg(long, value_delimiter = ',')]
     pub system_reserved: Vec<String>,
-    /// Port announced as the Node's kubelet endpoint (status.daemonEndpoints).
+    /// Port of the kubelet API, announced as the Node's kubelet endpoint
+    /// (status.daemonEndpoints); 0 serves no kubelet API.
     #[arg(long, default_value_t = 10250)]
     pub kubelet_port: u16,
+    // The kubelet API's address, TLS and authentication.
+    #[command(flatten)]
+    pub api: super::kubelet_api::KubeletApiArgs,
 }
 
 impl ClusterArgs {

@@ -7,6 +7,7 @@ pub mod exec;
 pub mod health;
 pub mod image;
 pub mod internal;
+pub mod kubelet_api;
 pub mod local;
 pub mod pods;
 pub mod serve;

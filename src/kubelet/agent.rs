@@ -62,12 +62,23 @@ pub struct AgentHandle {
     workers: Arc<PodWorkers>,
     pleg: PlegHealth,
     clock: Arc<dyn Clock>,
+    status: Arc<StatusManager>,
 }
 
 impl AgentHandle {
     /// Uids of the pods the agent manages.
     pub fn pods(&self) -> Vec<String> {
         self.workers.uids()
+    }
+
+    /// The pods the agent runs, with their latest status (the kubelet API's `/pods`).
+    pub fn pod_objects(&self) -> Vec<Pod> {
+        let live: std::collections::HashSet<String> = self.workers.uids().into_iter().collect();
+        self.status
+            .pods()
+            .into_iter()
+            .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| live.contains(u)))
+            .collect()
     }
 
     /// `Err(reason)` when the PLEG stopped relisting.
@@ -203,6 +214,7 @@ impl Agent {
             workers: Arc::clone(&self.workers),
             pleg: self.pleg.health(),
             clock: Arc::clone(&self.deps.clock),
+            status: Arc::clone(&self.deps.status),
         }
     }
 

@@ -35,7 +35,7 @@ fn invalid(name: &'static str, value: &str, reason: &'static str) -> LogOptionsE
 }
 
 /// `%XX` and `+` decoding of one query component.
-fn decode(s: &str) -> String {
+pub(crate) fn decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

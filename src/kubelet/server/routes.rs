@@ -14,6 +14,8 @@ pub enum Endpoint {
     Attach,
     PortForward,
     Run,
+    StatsSummary,
+    MetricsResource,
 }
 
 /// `{name}` segments capture; the rest must be equal.
@@ -48,8 +50,8 @@ pub const ROUTES: &[Route] = &[
     ),
     (POST, "/run/{ns}/{pod}/{container}", Endpoint::Run),
     (POST, "/run/{ns}/{pod}/{uid}/{container}", Endpoint::Run),
-    // (GET, "/stats/summary", Endpoint::StatsSummary),
-    // (GET, "/metrics/resource", Endpoint::MetricsResource),
+    (GET, "/stats/summary", Endpoint::StatsSummary),
+    (GET, "/metrics/resource", Endpoint::MetricsResource),
     // (GET, "/metrics", Endpoint::Metrics),
 ];
 
@@ -134,13 +136,18 @@ mod tests {
         assert!(p.contains(&("uid", "uid-1".to_string())));
         assert_eq!(found("GET", "/portForward/ns/p").0, Endpoint::PortForward);
         assert_eq!(found("POST", "/run/ns/p/c").0, Endpoint::Run);
+        assert_eq!(found("GET", "/stats/summary").0, Endpoint::StatsSummary);
+        assert_eq!(
+            found("GET", "/metrics/resource").0,
+            Endpoint::MetricsResource
+        );
     }
 
     #[test]
     fn unknown_paths_404_and_wrong_methods_405() {
         let table = [
-            ("GET", "/stats/summary", Match::NotFound),
-            ("GET", "/metrics/resource", Match::NotFound),
+            ("GET", "/stats", Match::NotFound),
+            ("POST", "/stats/summary", Match::MethodNotAllowed),
             ("GET", "/metrics", Match::NotFound),
             ("GET", "/containerLogs/ns/pod", Match::NotFound),
             ("GET", "/containerLogs//pod/c", Match::NotFound),

@@ -182,6 +182,11 @@ impl StatusManager {
         }
     }
 
+    /// Every pod with a status, as last set (spec and status).
+    pub fn pods(&self) -> Vec<Pod> {
+        self.entries().values().map(|e| e.pod.clone()).collect()
+    }
+
     /// Uids with a status.
     pub fn known(&self) -> Vec<String> {
         self.entries().keys().cloned().collect()
