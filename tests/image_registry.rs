@@ -679,3 +679,44 @@ fn runp_image_pull_uses_the_registry_config_dir() {
         "{stdout}"
     );
 }
+
+/// A hosts.toml host that serves a blob wrong (here: corrupted bytes) is passed over for that
+/// blob: the next pull host serves it, as containerd's fetcher does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_a_mirror_serves_wrong_comes_from_the_next_host() {
+    const TEST: &str = "a_blob_a_mirror_serves_wrong_comes_from_the_next_host";
+    if !tools_present(TEST) {
+        return;
+    }
+    let (bad, good) = (TestRegistry::start(None), TestRegistry::start(None));
+    for reg in [&bad, &good] {
+        reg.push(&busybox_source(), "pause:3.9", &[]);
+    }
+    let blob = bad.blob_file(BIG_LAYER);
+    let mut bytes = fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&blob, &bytes).unwrap();
+    let config = tempfile::tempdir().unwrap();
+    fs::create_dir(config.path().join("registry.k8s.io")).unwrap();
+    fs::write(
+        config.path().join("registry.k8s.io/hosts.toml"),
+        format!(
+            "[host.\"http://{}\"]\n[host.\"http://{}\"]\n",
+            bad.addr, good.addr
+        ),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_for(dir.path(), &[], |o| {
+        o.registry.config_dir = Some(config.path().to_owned());
+    });
+    let id = pull(&store, "registry.k8s.io/pause:3.9", None)
+        .await
+        .expect("the second host serves the layer");
+    assert_eq!(id, local_busybox_id());
+    assert!(
+        ingest_files(dir.path()).is_empty(),
+        "no partial download left"
+    );
+}

@@ -91,6 +91,18 @@ async fn pull_once(
             reason: "no registry host has the pull capability".into(),
         })?;
     let session = session_for(puller)?;
+    // The other pull hosts stand in for blobs the first cannot serve (as containerd's fetcher).
+    let fallbacks: Vec<Session> = endpoints
+        .iter()
+        .filter(|e| e.capabilities.pull && !std::ptr::eq(*e, puller))
+        .filter_map(|e| match session_for(e) {
+            Ok(session) => Some(session),
+            Err(err) => {
+                tracing::warn!(host = %e.host, error = %err, "registry host left out");
+                None
+            }
+        })
+        .collect();
 
     let paths = store.clone();
     let staging = Arc::new(
@@ -101,7 +113,8 @@ async fn pull_once(
         })
         .await?,
     );
-    let result = fill_and_commit(store, name, &session, resolved, staging.clone(), progress).await;
+    let hosts = (&session, fallbacks.as_slice());
+    let result = fill_and_commit(store, name, hosts, resolved, staging.clone(), progress).await;
     // Removing the staging area is file work too.
     let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
     result
@@ -147,7 +160,7 @@ async fn resolve_on_hosts<'e>(
 async fn fill_and_commit(
     store: &ImageStore,
     name: &NamedRef,
-    session: &Session,
+    (session, fallbacks): (&Session, &[Session]),
     resolved: manifest::Resolved,
     staging: Arc<Staging>,
     progress: Option<ProgressFn>,
@@ -160,6 +173,7 @@ async fn fill_and_commit(
     };
     let fetcher = BlobFetcher {
         session,
+        fallbacks,
         ingest: store.inner.paths.ingest.clone(),
         into: staging.blobs.clone(),
         attempts: store.inner.registry.options.blob_attempts,
