@@ -10,7 +10,7 @@ mod registry;
 mod support;
 
 use proxy::{Proxy, ProxyConfig, TokenAuth};
-use registry::{TestRegistry, oci_source, tools_present};
+use registry::{TestRegistry, loopback_certificates, oci_source, tools_present};
 use runp::cri::{ImageService, api};
 use runp::image::{ImageStore, RegistryOptions, RootfsPolicy, StoreOptions};
 use std::fs;
@@ -719,4 +719,47 @@ async fn a_blob_a_mirror_serves_wrong_comes_from_the_next_host() {
         ingest_files(dir.path()).is_empty(),
         "no partial download left"
     );
+}
+
+/// TLS settings of a hosts.toml: a registry whose certificate no system root knows is refused,
+/// reached with its CA (`ca`, relative to the file) or with `skip_verify`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_toml_tls_settings_reach_a_registry_with_a_private_ca() {
+    const TEST: &str = "hosts_toml_tls_settings_reach_a_registry_with_a_private_ca";
+    if !tools_present(TEST) {
+        return;
+    }
+    let config = tempfile::tempdir().unwrap();
+    let host_dir = config.path().join("registry.k8s.io");
+    fs::create_dir(&host_dir).unwrap();
+    let Some((ca, cert, key)) = loopback_certificates(TEST, &host_dir) else {
+        return;
+    };
+    let reg = TestRegistry::start_with(None, Some((&cert, &key)));
+    reg.push(&busybox_source(), "pause:3.9", &[]);
+    let server = format!("server = \"https://{}\"\n", reg.addr);
+    let cases = [
+        ("", Err(tonic::Code::Unavailable)),
+        ("ca = \"ca.pem\"\n", Ok(())),
+        ("skip_verify = true\n", Ok(())),
+    ];
+    assert!(ca.exists());
+    for (settings, want) in cases {
+        fs::write(host_dir.join("hosts.toml"), format!("{server}{settings}")).unwrap();
+        // A fresh store each time: an unreachable registry would otherwise be covered by the
+        // image an earlier case stored.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_for(dir.path(), &[], |o| {
+            o.registry.config_dir = Some(config.path().to_owned());
+        });
+        let got = pull(&store, "registry.k8s.io/pause:3.9", None).await;
+        match want {
+            Ok(()) => assert_eq!(got.expect(settings), local_busybox_id(), "{settings}"),
+            Err(code) => {
+                let err = got.expect_err("an unknown CA is refused");
+                assert_eq!(err.code(), code, "{err:?}");
+                assert!(err.message().contains("certificate"), "{}", err.message());
+            }
+        }
+    }
 }
