@@ -6,6 +6,7 @@
 //! that, so each accepted unix connection is wrapped in [`AuthorityFix`], which rewrites the
 //! client's header blocks on their way to h2 ([`rewrite`]). Server→client bytes are untouched.
 
+mod hpack_static;
 pub mod rewrite;
 
 use rewrite::Rewriter;

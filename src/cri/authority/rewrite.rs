@@ -2,11 +2,12 @@
 //! so that an `:authority` h2 would refuse becomes `localhost` (pure: bytes in, bytes out).
 //!
 //! Frames other than HEADERS and CONTINUATION pass through as they arrive. Header blocks are
-//! decoded with the client's dynamic table (one decoder per connection) and re-encoded as
-//! literals without indexing, so the server's decoder never holds dynamic entries and the
-//! server's SETTINGS_HEADER_TABLE_SIZE needs no tracking. Anything that is not HTTP/2 after
+//! decoded with the client's dynamic table (one decoder per connection) and re-encoded with
+//! the static table and literals without indexing, so the server's decoder never holds
+//! dynamic entries and the server's SETTINGS_HEADER_TABLE_SIZE needs no tracking. Anything that is not HTTP/2 after
 //! all is passed on untouched for h2 to refuse.
 
+use super::hpack_static;
 use loona_hpack::Decoder;
 use loona_hpack::encoder::encode_integer_into;
 
@@ -300,13 +301,27 @@ fn headers_fragment(payload: &[u8], flags: u8) -> Option<(Option<[u8; 5]>, &[u8]
     Some((priority, &rest[..end]))
 }
 
-/// Literal header field without indexing, new name (RFC 7541 §6.2.2), no Huffman.
+/// One field, never into the dynamic table: a static-table index when the pair is there
+/// (RFC 7541 §6.1), else a literal without indexing (§6.2.2) naming a static entry when the
+/// name is there; strings without Huffman. Writing into a Vec cannot fail.
 fn encode_literal(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    out.push(0x00);
-    for text in [name, value] {
-        // Writing into a Vec cannot fail.
+    let string = |text: &[u8], out: &mut Vec<u8>| {
         let _ = encode_integer_into(text.len(), 7, 0x00, out);
         out.extend_from_slice(text);
+    };
+    match hpack_static::lookup(name, value) {
+        Some((index, true)) => {
+            let _ = encode_integer_into(index, 7, 0x80, out);
+        }
+        Some((index, false)) => {
+            let _ = encode_integer_into(index, 4, 0x00, out);
+            string(value, out);
+        }
+        None => {
+            out.push(0x00);
+            string(name, out);
+            string(value, out);
+        }
     }
 }
 

@@ -305,3 +305,22 @@ fn broken_header_blocks_close_the_connection() {
         );
     }
 }
+
+#[test]
+fn static_table_references_decode_to_the_same_fields() {
+    for (name, value) in crate::cri::authority::hpack_static::STATIC_TABLE {
+        for value in [value, "other"] {
+            let mut block = Vec::new();
+            encode_literal(name.as_bytes(), value.as_bytes(), &mut block);
+            let decoded = Decoder::new().decode(&block).expect("decodes");
+            assert_eq!(
+                decoded,
+                vec![(name.as_bytes().to_vec(), value.as_bytes().to_vec())],
+                "{name}: {value}"
+            );
+        }
+    }
+    let mut block = Vec::new();
+    encode_literal(b"te", b"trailers", &mut block);
+    assert_eq!(block, b"\x00\x02te\x08trailers");
+}
