@@ -10,7 +10,7 @@ mod registry;
 mod support;
 
 use proxy::{Proxy, ProxyConfig, TokenAuth};
-use registry::{TestRegistry, oci_source, tools_present};
+use registry::{TestRegistry, loopback_certificates, oci_source, tools_present};
 use runp::cri::{ImageService, api};
 use runp::image::{ImageStore, RegistryOptions, RootfsPolicy, StoreOptions};
 use std::fs;
@@ -552,4 +552,214 @@ fn runp_image_pull_from_the_command_line() {
     let again = runp(&["--creds", "carol:pw"]);
     let stdout = String::from_utf8_lossy(&again.stdout);
     assert_eq!(stdout.matches("already present").count(), 3, "{stdout}");
+}
+
+/// containerd's hosts.toml layout (`--registry-config-dir`): names under registry.k8s.io,
+/// docker.io and any other registry (`_default`) come from a loopback mirror, hosts tried in
+/// file order, and the image is stored under the name asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_from_a_hosts_toml_dir_serve_any_registry_name() {
+    const TEST: &str = "mirrors_from_a_hosts_toml_dir_serve_any_registry_name";
+    if !tools_present(TEST) {
+        return;
+    }
+    let reg = TestRegistry::start(None);
+    reg.push(&busybox_source(), "pause:3.9", &[]);
+    reg.push(&busybox_source(), "library/busybox:latest", &[]);
+    reg.push(&busybox_source(), "google-containers/busybox:1", &[]);
+    let config = tempfile::tempdir().unwrap();
+    let write = |registry: &str, text: String| {
+        let dir = config.path().join(registry);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("hosts.toml"), text).unwrap();
+    };
+    let addr = &reg.addr;
+    // Nothing listens on port 1: that host fails and the next one is tried.
+    write(
+        "registry.k8s.io",
+        format!(
+            "server = \"https://registry.k8s.io\"\n\
+             [host.\"http://127.0.0.1:1\"]\n  capabilities = [\"pull\", \"resolve\"]\n\
+             [host.\"http://{addr}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    );
+    write("docker.io", format!("[host.\"http://{addr}\"]\n"));
+    write("_default", format!("[host.\"http://{addr}\"]\n"));
+    write(
+        "quay.io",
+        "[host.\"http://127.0.0.1:1\"]\n  mirror = true\n".into(),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    // No --insecure-registry: plain http comes from the hosts.toml URLs alone.
+    let store = store_for(dir.path(), &[], |o| {
+        o.registry.config_dir = Some(config.path().to_owned());
+    });
+    let want_id = local_busybox_id();
+    for (image, stored) in [
+        ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
+        ("busybox", "docker.io/library/busybox:latest"),
+        (
+            "gcr.io/google-containers/busybox:1",
+            "gcr.io/google-containers/busybox:1",
+        ),
+    ] {
+        let id = pull(&store, image, None)
+            .await
+            .unwrap_or_else(|e| panic!("{image}: {e:?}\n{}", reg.log()));
+        assert_eq!(id, want_id, "{image}");
+        let record = store.resolve(stored).expect(stored);
+        assert!(
+            record.repo_tags.contains(&stored.to_string()),
+            "{:?}",
+            record.repo_tags
+        );
+    }
+    let record = store.resolve(&want_id).unwrap();
+    let digest = reg.digest("pause:3.9");
+    assert!(
+        record
+            .repo_digests
+            .contains(&format!("registry.k8s.io/pause@{digest}")),
+        "{:?}",
+        record.repo_digests
+    );
+
+    // A mistake in a hosts.toml is the node's: FailedPrecondition, naming the file.
+    let err = pull(&store, "quay.io/x/y:1", None)
+        .await
+        .expect_err("unknown field");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    let file = config.path().join("quay.io/hosts.toml");
+    assert!(
+        err.message().contains(&file.display().to_string()) && err.message().contains("mirror"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
+fn runp_image_pull_uses_the_registry_config_dir() {
+    const TEST: &str = "runp_image_pull_uses_the_registry_config_dir";
+    if !tools_present(TEST) {
+        return;
+    }
+    let reg = TestRegistry::start(None);
+    reg.push(&busybox_source(), "pause:3.10", &[]);
+    let config = tempfile::tempdir().unwrap();
+    fs::create_dir(config.path().join("registry.k8s.io")).unwrap();
+    fs::write(
+        config.path().join("registry.k8s.io/hosts.toml"),
+        format!("[host.\"http://{}\"]\n", reg.addr),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
+        .arg("--image-root")
+        .arg(dir.path().join("images"))
+        .args([
+            "--log-level",
+            "warn",
+            "image",
+            "pull",
+            "registry.k8s.io/pause:3.10",
+        ])
+        .arg("--registry-config-dir")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("Image ID: {}", local_busybox_id())),
+        "{stdout}"
+    );
+}
+
+/// A hosts.toml host that serves a blob wrong (here: corrupted bytes) is passed over for that
+/// blob: the next pull host serves it, as containerd's fetcher does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_a_mirror_serves_wrong_comes_from_the_next_host() {
+    const TEST: &str = "a_blob_a_mirror_serves_wrong_comes_from_the_next_host";
+    if !tools_present(TEST) {
+        return;
+    }
+    let (bad, good) = (TestRegistry::start(None), TestRegistry::start(None));
+    for reg in [&bad, &good] {
+        reg.push(&busybox_source(), "pause:3.9", &[]);
+    }
+    let blob = bad.blob_file(BIG_LAYER);
+    let mut bytes = fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&blob, &bytes).unwrap();
+    let config = tempfile::tempdir().unwrap();
+    fs::create_dir(config.path().join("registry.k8s.io")).unwrap();
+    fs::write(
+        config.path().join("registry.k8s.io/hosts.toml"),
+        format!(
+            "[host.\"http://{}\"]\n[host.\"http://{}\"]\n",
+            bad.addr, good.addr
+        ),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_for(dir.path(), &[], |o| {
+        o.registry.config_dir = Some(config.path().to_owned());
+    });
+    let id = pull(&store, "registry.k8s.io/pause:3.9", None)
+        .await
+        .expect("the second host serves the layer");
+    assert_eq!(id, local_busybox_id());
+    assert!(
+        ingest_files(dir.path()).is_empty(),
+        "no partial download left"
+    );
+}
+
+/// TLS settings of a hosts.toml: a registry whose certificate no system root knows is refused,
+/// reached with its CA (`ca`, relative to the file) or with `skip_verify`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_toml_tls_settings_reach_a_registry_with_a_private_ca() {
+    const TEST: &str = "hosts_toml_tls_settings_reach_a_registry_with_a_private_ca";
+    if !tools_present(TEST) {
+        return;
+    }
+    let config = tempfile::tempdir().unwrap();
+    let host_dir = config.path().join("registry.k8s.io");
+    fs::create_dir(&host_dir).unwrap();
+    let Some((ca, cert, key)) = loopback_certificates(TEST, &host_dir) else {
+        return;
+    };
+    let reg = TestRegistry::start_with(None, Some((&cert, &key)));
+    reg.push(&busybox_source(), "pause:3.9", &[]);
+    let server = format!("server = \"https://{}\"\n", reg.addr);
+    let cases = [
+        ("", Err(tonic::Code::Unavailable)),
+        ("ca = \"ca.pem\"\n", Ok(())),
+        ("skip_verify = true\n", Ok(())),
+    ];
+    assert!(ca.exists());
+    for (settings, want) in cases {
+        fs::write(host_dir.join("hosts.toml"), format!("{server}{settings}")).unwrap();
+        // A fresh store each time: an unreachable registry would otherwise be covered by the
+        // image an earlier case stored.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_for(dir.path(), &[], |o| {
+            o.registry.config_dir = Some(config.path().to_owned());
+        });
+        let got = pull(&store, "registry.k8s.io/pause:3.9", None).await;
+        match want {
+            Ok(()) => assert_eq!(got.expect(settings), local_busybox_id(), "{settings}"),
+            Err(code) => {
+                let err = got.expect_err("an unknown CA is refused");
+                assert_eq!(err.code(), code, "{err:?}");
+                assert!(err.message().contains("certificate"), "{}", err.message());
+            }
+        }
+    }
 }

@@ -3,7 +3,11 @@
 #[path = "support/runtime.rs"]
 mod support;
 
+use runp::cri::client::{RemoteOptions, RemoteRuntime};
+use runp::cri::endpoint::CriEndpoint;
+use runp::cri::server::CriListener;
 use runp::cri::{RuntimeService, api};
+use std::sync::Arc;
 use support::*;
 
 fn with_security(
@@ -267,5 +271,85 @@ async fn mounts_env_and_shared_pod_files() {
     env.wait_exit(&reader).await;
     let lines = env.log_lines("mnt", "shm-reader", 1).await;
     assert_eq!(lines[0], "shm");
+    env.cleanup().await;
+}
+
+/// critest's sandboxes have no hostname and names longer than a hostname may be: they get the
+/// node's hostname, as containerd gives it (RunPodSandbox through the CRI socket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_a_hostname_gets_the_nodes_through_the_socket() {
+    let Some(env) =
+        Env::for_test("a_pod_without_a_hostname_gets_the_nodes_through_the_socket").await
+    else {
+        return;
+    };
+    let endpoint = CriEndpoint::Unix(env.dir.path().join("cri.sock"));
+    let listener = CriListener::bind(&endpoint).await.expect("bind the socket");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        tokio::spawn(
+            listener.serve(env.rt.clone(), Arc::new(env.images.clone()), async move {
+                let _ = stopped.await;
+            }),
+        );
+    let cri = RemoteRuntime::connect(&endpoint, RemoteOptions::default())
+        .await
+        .expect("connect to the socket");
+
+    let uuid: [u32; 4] = rand::random();
+    let name = format!(
+        "PodSandbox-with-log-directory-{:08x}-{:04x}-{:04x}-{:04x}-{:08x}{:04x}",
+        uuid[0],
+        uuid[1] >> 16,
+        uuid[1] & 0xffff,
+        uuid[2] >> 16,
+        uuid[3],
+        uuid[2] & 0xffff
+    );
+    assert_eq!(name.len(), 66, "{name}");
+    let mut config = pod_config(&name, &env.logs());
+    config.hostname = String::new();
+    let pod_id = cri
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect("RunPodSandbox without a hostname")
+        .pod_sandbox_id;
+    let id = cri
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(shell("hn", "exec sleep 1000")),
+            sandbox_config: Some(config),
+        })
+        .await
+        .expect("CreateContainer")
+        .container_id;
+    cri.start_container(api::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("StartContainer");
+    let node = nix::unistd::gethostname().expect("node hostname");
+    let node = node.to_string_lossy();
+    for cmd in [&["hostname"][..], &["cat", "/etc/hostname"]] {
+        let out = cri
+            .exec_sync(api::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 20,
+            })
+            .await
+            .expect("ExecSync");
+        assert_eq!(stdout(&out), node, "{cmd:?}");
+    }
+    cri.remove_pod_sandbox(api::RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .expect("RemovePodSandbox");
+    let _ = stop.send(());
+    let _ = server.await;
     env.cleanup().await;
 }

@@ -50,6 +50,11 @@ pub struct RegistryArgs {
     /// covers every port). Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
     pub insecure_registry: Vec<String>,
+    /// containerd's registry hosts directory: DIR/<registry host[:port]>/hosts.toml (and
+    /// DIR/_default/hosts.toml for the rest) names mirrors, tried in order before the registry,
+    /// with their capabilities, TLS settings and paths. Read at each pull.
+    #[arg(long, value_name = "DIR")]
+    pub registry_config_dir: Option<PathBuf>,
 }
 
 impl RegistryArgs {
@@ -57,11 +62,17 @@ impl RegistryArgs {
     pub fn store_options(&self) -> anyhow::Result<StoreOptions> {
         let registry = RegistryOptions {
             insecure: self.insecure_registry.clone(),
+            config_dir: self.registry_config_dir.clone(),
             ..RegistryOptions::default()
         };
         registry
             .validate()
             .map_err(|e| anyhow::anyhow!("--insecure-registry {e}"))?;
+        if let Some(dir) = &self.registry_config_dir
+            && !dir.is_dir()
+        {
+            anyhow::bail!("--registry-config-dir {}: not a directory", dir.display());
+        }
         Ok(StoreOptions {
             registry,
             ..StoreOptions::default()

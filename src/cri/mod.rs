@@ -7,6 +7,7 @@
 //!
 //! The proto is vendored from the k8s-cri crate (cri-api `runtime.v1`, Apache-2.0).
 
+pub mod authority;
 pub mod client;
 pub mod endpoint;
 mod rpcs;

@@ -11,11 +11,12 @@
 use crate::cri::api::{
     self, image_service_server::ImageServiceServer, runtime_service_server::RuntimeServiceServer,
 };
+use crate::cri::authority::AuthorityFix;
 use crate::cri::endpoint::CriEndpoint;
 use crate::cri::rpcs::{image_rpcs, runtime_unary_rpcs};
 use crate::cri::socket::{self, SocketError, SocketFileGuard};
 use crate::cri::{CriResult, EventStream, ImageService, RuntimeService};
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -81,6 +82,8 @@ pub async fn serve(
 #[derive(Debug)]
 pub struct CriListener {
     kind: ListenerKind,
+    /// Whether unix connections go through [`AuthorityFix`] (always, except to measure it).
+    authority_fix: bool,
 }
 
 #[derive(Debug)]
@@ -121,7 +124,17 @@ impl CriListener {
                 ListenerKind::Tcp(listener, addr)
             }
         };
-        Ok(CriListener { kind })
+        Ok(CriListener {
+            kind,
+            authority_fix: true,
+        })
+    }
+
+    /// Serves unix connections straight to h2, without [`AuthorityFix`]: clients that send
+    /// the socket path as `:authority` are then refused. Only for measuring the adapter.
+    pub fn without_authority_fix(mut self) -> CriListener {
+        self.authority_fix = false;
+        self
     }
 
     /// The endpoint clients should use (with the real port for `tcp://...:0`).
@@ -172,6 +185,15 @@ impl CriListener {
         info!(%endpoint, "serving the CRI");
         // The socket guard lives until this function returns, so the socket goes last.
         let (mut server, _socket_guard) = match self.kind {
+            ListenerKind::Unix(listener, guard) if self.authority_fix => {
+                let incoming = UnixListenerStream::new(listener).map_ok(AuthorityFix::new);
+                (
+                    router
+                        .serve_with_incoming_shutdown(incoming, stop_signal)
+                        .boxed(),
+                    Some(guard),
+                )
+            }
             ListenerKind::Unix(listener, guard) => (
                 router
                     .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop_signal)

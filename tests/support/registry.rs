@@ -45,6 +45,11 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// Starts a registry; with `creds`, every request needs basic auth with them.
     pub fn start(creds: Option<(&str, &str)>) -> TestRegistry {
+        Self::start_with(creds, None)
+    }
+
+    /// Like [`TestRegistry::start`]; with `tls` = (certificate, key) PEM files it serves https.
+    pub fn start_with(creds: Option<(&str, &str)>, tls: Option<(&Path, &Path)>) -> TestRegistry {
         let dir = tempfile::tempdir().unwrap();
         let storage = dir.path().join("storage");
         fs::create_dir(&storage).unwrap();
@@ -64,6 +69,14 @@ impl TestRegistry {
             }
             None => String::new(),
         };
+        let tls = match tls {
+            Some((cert, key)) => format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert.display(),
+                key.display()
+            ),
+            None => String::new(),
+        };
         for _ in 0..5 {
             let port = free_port();
             let addr = format!("127.0.0.1:{port}");
@@ -73,7 +86,7 @@ impl TestRegistry {
                 format!(
                     "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n\
                      storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-                     http:\n  addr: {addr}\n{auth}",
+                     http:\n  addr: {addr}\n{tls}{auth}",
                     storage.display()
                 ),
             )
@@ -184,6 +197,90 @@ impl Drop for TestRegistry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A CA (`ca.pem`) and a server certificate it signed for 127.0.0.1 (`cert.pem`, `key.pem`)
+/// in `dir`, made with openssl; None (after a SKIP line) without openssl.
+pub fn loopback_certificates(test: &str, dir: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("SKIP: {test}: needs openssl");
+        return None;
+    }
+    let ext = dir.join("leaf.ext");
+    fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let path = |name: &str| dir.join(name).display().to_string();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=runp test CA",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "-keyout".into(),
+            path("ca.key"),
+            "-out".into(),
+            path("ca.pem"),
+        ])
+        .collect(),
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "-keyout".into(),
+            path("key.pem"),
+            "-out".into(),
+            path("leaf.csr"),
+        ])
+        .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "-in".into(),
+                path("leaf.csr"),
+                "-CA".into(),
+                path("ca.pem"),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-extfile".into(),
+                path("leaf.ext"),
+                "-out".into(),
+                path("cert.pem"),
+            ])
+            .collect(),
+    ];
+    for args in steps {
+        let out = Command::new("openssl").args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Some((
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    ))
 }
 
 /// `oci:<fixture dir>:<name>` for skopeo.

@@ -21,6 +21,9 @@ pub type BlobProgress<'a> = &'a (dyn Fn(u64) + Send + Sync);
 
 pub struct BlobFetcher<'a> {
     pub session: &'a Session,
+    /// Other hosts of the registry that may serve blobs (hosts.toml), tried in order when
+    /// `session`'s host fails to: unreachable, missing the blob, or serving wrong bytes.
+    pub fallbacks: &'a [Session],
     pub ingest: PathBuf,
     pub into: BlobDir,
     /// Attempts per blob before the pull fails (each resumes the last).
@@ -28,16 +31,42 @@ pub struct BlobFetcher<'a> {
 }
 
 impl BlobFetcher<'_> {
+    /// The blob from the first host that serves it right; the first host's error otherwise.
     pub async fn fetch(
         &self,
         digest: &Digest,
         size: u64,
         progress: BlobProgress<'_>,
     ) -> Result<StoredBlob, RegistryError> {
-        let registry = self.session.registry.clone();
+        let mut first_error = None;
+        for session in std::iter::once(self.session).chain(self.fallbacks) {
+            match self.fetch_from(session, digest, size, progress).await {
+                Ok(blob) => return Ok(blob),
+                // Trouble on this side (disk, store) is the same whichever host serves.
+                Err(err @ (RegistryError::Store(_) | RegistryError::Task(_))) => return Err(err),
+                Err(err) => {
+                    if !self.fallbacks.is_empty() {
+                        tracing::info!(%digest, host = %session.registry, error = %err, "trying the next registry host for a blob");
+                    }
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        Err(first_error
+            .unwrap_or_else(|| RegistryError::Task(format!("no host for blob {digest}"))))
+    }
+
+    async fn fetch_from(
+        &self,
+        session: &Session,
+        digest: &Digest,
+        size: u64,
+        progress: BlobProgress<'_>,
+    ) -> Result<StoredBlob, RegistryError> {
+        let registry = session.registry.clone();
         let what = format!(
             "blob {digest} of {}/{}",
-            self.session.registry, self.session.repository
+            session.registry, session.repository
         );
         let (ingest, d) = (self.ingest.clone(), digest.clone());
         let mut partial = blocking(&registry, move || PartialBlob::open(&ingest, &d, size)).await?;
@@ -45,7 +74,7 @@ impl BlobFetcher<'_> {
             tracing::info!(%digest, offset = partial.offset(), size, "resuming a partial download");
         }
         progress(partial.offset());
-        let url = self.session.url("blobs", &digest.to_string())?;
+        let url = session.url("blobs", &digest.to_string())?;
         let mut ranges = true;
         let mut last_error: Option<RegistryError> = None;
         for attempt in 0..self.attempts.max(1) {
@@ -62,7 +91,7 @@ impl BlobFetcher<'_> {
             } else {
                 Vec::new()
             };
-            let response = match self.session.get(&url, &headers).await {
+            let response = match session.get(&url, &headers).await {
                 Ok(response) => response,
                 Err(err) if err.is_unreachable() => {
                     last_error = Some(err);
@@ -88,7 +117,7 @@ impl BlobFetcher<'_> {
                 ranges = false;
                 continue;
             } else {
-                match self.session.check(response, &what).await {
+                match session.check(response, &what).await {
                     Ok(response) => {
                         if offset > 0 {
                             partial = restart(&registry, partial).await?;
@@ -113,7 +142,7 @@ impl BlobFetcher<'_> {
                         }
                     }
                     Ok(None) => break None,
-                    Err(err) => break Some(self.session.network(&url, &err)),
+                    Err(err) => break Some(session.network(&url, &err)),
                 }
             };
             // What did arrive is good to keep: the next attempt resumes after it.

@@ -45,6 +45,8 @@ pub enum RegistryError {
     Task(String),
     #[error("HTTP client setup: {0}")]
     Client(String),
+    #[error(transparent)]
+    HostsConfig(#[from] super::hosts_config::HostsConfigError),
 }
 
 impl RegistryError {
@@ -97,7 +99,10 @@ impl From<&RegistryError> for tonic::Status {
                 tonic::Status::data_loss(message)
             }
             RegistryError::Unsupported(_) => tonic::Status::unimplemented(message),
-            RegistryError::Refused { .. } => tonic::Status::failed_precondition(message),
+            // The node's registry configuration, not the request, is wrong.
+            RegistryError::Refused { .. } | RegistryError::HostsConfig(_) => {
+                tonic::Status::failed_precondition(message)
+            }
             RegistryError::Http { status: 429, .. } => tonic::Status::resource_exhausted(message),
             RegistryError::Http { status, .. } if *status >= 500 => {
                 tonic::Status::unavailable(message)
@@ -167,6 +172,13 @@ mod tests {
                     actual: "a".into(),
                 },
                 tonic::Code::DataLoss,
+            ),
+            (
+                RegistryError::HostsConfig(super::super::hosts_config::HostsConfigError::Invalid {
+                    file: "/d/r/hosts.toml".into(),
+                    message: "unknown field".into(),
+                }),
+                tonic::Code::FailedPrecondition,
             ),
             (http(429), tonic::Code::ResourceExhausted),
             (http(503), tonic::Code::Unavailable),

@@ -19,6 +19,7 @@ pub mod credentials;
 pub mod download;
 pub mod error;
 pub mod hosts;
+pub mod hosts_config;
 pub mod manifest;
 pub mod pull;
 pub mod single_flight;
@@ -30,8 +31,11 @@ pub use error::RegistryError;
 use crate::image::digest::Digest;
 use crate::image::records::ImageRecord;
 use auth::AuthCache;
+use hosts_config::{Endpoint, TlsSettings};
 use single_flight::SingleFlight;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -42,6 +46,8 @@ pub struct RegistryOptions {
     pub max_parallel_downloads: usize,
     /// Attempts per blob, each resuming where the previous one stopped.
     pub blob_attempts: u32,
+    /// containerd's hosts.toml directory (`--registry-config-dir`): mirrors and TLS per registry.
+    pub config_dir: Option<PathBuf>,
 }
 
 impl Default for RegistryOptions {
@@ -50,6 +56,7 @@ impl Default for RegistryOptions {
             insecure: Vec::new(),
             max_parallel_downloads: 3,
             blob_attempts: 4,
+            config_dir: None,
         }
     }
 }
@@ -99,6 +106,8 @@ pub struct Registry {
     options: RegistryOptions,
     insecure: Arc<Vec<String>>,
     http: OnceLock<Result<reqwest::Client, String>>,
+    /// Clients for hosts.toml hosts with their own TLS settings or plain http.
+    host_clients: Mutex<HashMap<(TlsSettings, Option<String>), reqwest::Client>>,
     auth: Arc<AuthCache>,
     flights: SingleFlight<Flight>,
 }
@@ -109,6 +118,7 @@ impl Registry {
             insecure: Arc::new(options.insecure.clone()),
             options,
             http: OnceLock::new(),
+            host_clients: Mutex::default(),
             auth: Arc::default(),
             flights: SingleFlight::default(),
         }
@@ -120,14 +130,60 @@ impl Registry {
 
     fn client(&self) -> Result<reqwest::Client, RegistryError> {
         self.http
-            .get_or_init(|| build_client(self.insecure.clone()))
+            .get_or_init(|| build_client(self.insecure.clone(), &TlsSettings::default()))
             .clone()
             .map_err(RegistryError::Client)
     }
+
+    /// The insecure hosts for requests to `endpoint`: a hosts.toml `http://` host is one.
+    fn insecure_for(&self, endpoint: &Endpoint) -> Arc<Vec<String>> {
+        if endpoint.plain_http {
+            let mut list = self.insecure.as_ref().clone();
+            list.push(endpoint.host.clone());
+            Arc::new(list)
+        } else {
+            self.insecure.clone()
+        }
+    }
+
+    /// The HTTP client for `endpoint`: the shared one unless it has TLS settings of its own or
+    /// plain http (clients are kept per distinct setting; files are read when one is built).
+    fn client_for(&self, endpoint: &Endpoint) -> Result<reqwest::Client, RegistryError> {
+        if endpoint.tls == TlsSettings::default() && !endpoint.plain_http {
+            return self.client();
+        }
+        let key = (
+            endpoint.tls.clone(),
+            endpoint.plain_http.then(|| endpoint.host.clone()),
+        );
+        let mut clients = self
+            .host_clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = build_client(self.insecure_for(endpoint), &endpoint.tls)
+            .map_err(|e| RegistryError::Client(format!("{}: {e}", endpoint.host)))?;
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
 }
 
-fn build_client(insecure: Arc<Vec<String>>) -> Result<reqwest::Client, String> {
-    let tls = crate::util::tls::client_config().map_err(|e| format!("TLS setup: {e}"))?;
+fn build_client(
+    insecure: Arc<Vec<String>>,
+    settings: &TlsSettings,
+) -> Result<reqwest::Client, String> {
+    let tls = if *settings == TlsSettings::default() {
+        crate::util::tls::client_config().map_err(|e| format!("TLS setup: {e}"))?
+    } else {
+        let client = settings
+            .client
+            .first()
+            .map(|(cert, key)| (cert.as_path(), key.as_deref()));
+        crate::util::tls::client_config_for(&settings.ca, client, settings.skip_verify)
+            .map_err(|e| format!("TLS setup: {e}"))?
+    };
     // Blob downloads are often redirected to storage hosts; never down to plain http unless
     // that host is insecure by configuration.
     let redirects = reqwest::redirect::Policy::custom(move |attempt| {

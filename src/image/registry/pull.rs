@@ -6,6 +6,7 @@
 
 use super::download::{BlobFetcher, blocking};
 use super::error::RegistryError;
+use super::hosts_config::{self, Endpoint};
 use super::transport::Session;
 use super::{Credentials, Flight, LayerStage, ProgressFn, PullProgress, hosts, manifest};
 use crate::image::blobs::{StoredBlob, read_json_blob};
@@ -56,23 +57,52 @@ async fn pull_once(
 ) -> Result<ImageRecord, RegistryError> {
     let registry = &store.inner.registry;
     let (host, path) = hosts::split_repository(&name.repository);
-    let session = Session {
-        http: registry.client()?,
-        cache: registry.auth.clone(),
-        registry: host.to_string(),
-        repository: path.to_string(),
-        base: hosts::base_url(host, &registry.insecure)?,
-        credentials,
-        insecure: registry.insecure.clone(),
-        clock: store.inner.options.clock.clone(),
+    let file = match &registry.options.config_dir {
+        Some(dir) => hosts_config::load(dir, host)?,
+        None => None,
+    };
+    let endpoints = hosts_config::endpoints(host, file.as_ref(), &registry.insecure)?;
+    let session_for = |endpoint: &Endpoint| -> Result<Session, RegistryError> {
+        Ok(Session {
+            http: registry.client_for(endpoint)?,
+            cache: registry.auth.clone(),
+            registry: endpoint.host.clone(),
+            repository: path.to_string(),
+            base: endpoint.base.clone(),
+            credentials: credentials.clone(),
+            insecure: registry.insecure_for(endpoint),
+            clock: store.inner.options.clock.clone(),
+        })
     };
     let reference = match (&name.digest, &name.tag) {
         (Some(digest), _) => digest.to_string(),
         (None, Some(tag)) => tag.clone(),
         (None, None) => "latest".to_string(),
     };
-    let resolved = manifest::resolve(&session, &reference, name.digest.as_ref()).await?;
-    tracing::debug!(image = %name, manifest = %resolved.manifest_digest, "resolved");
+    let (resolved_by, resolved) =
+        resolve_on_hosts(&endpoints, &session_for, &reference, name.digest.as_ref()).await?;
+    tracing::debug!(image = %name, manifest = %resolved.manifest_digest, host = %resolved_by.host, "resolved");
+    // Blobs come from the host that resolved when it may pull, else the first that may.
+    let puller = Some(resolved_by)
+        .filter(|e| e.capabilities.pull)
+        .or_else(|| endpoints.iter().find(|e| e.capabilities.pull))
+        .ok_or_else(|| RegistryError::Refused {
+            what: format!("pulling {name}"),
+            reason: "no registry host has the pull capability".into(),
+        })?;
+    let session = session_for(puller)?;
+    // The other pull hosts stand in for blobs the first cannot serve (as containerd's fetcher).
+    let fallbacks: Vec<Session> = endpoints
+        .iter()
+        .filter(|e| e.capabilities.pull && !std::ptr::eq(*e, puller))
+        .filter_map(|e| match session_for(e) {
+            Ok(session) => Some(session),
+            Err(err) => {
+                tracing::warn!(host = %e.host, error = %err, "registry host left out");
+                None
+            }
+        })
+        .collect();
 
     let paths = store.clone();
     let staging = Arc::new(
@@ -83,16 +113,54 @@ async fn pull_once(
         })
         .await?,
     );
-    let result = fill_and_commit(store, name, &session, resolved, staging.clone(), progress).await;
+    let hosts = (&session, fallbacks.as_slice());
+    let result = fill_and_commit(store, name, hosts, resolved, staging.clone(), progress).await;
     // Removing the staging area is file work too.
     let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
     result
 }
 
+/// Resolves on each host that may resolve, in order, as containerd does: a host that fails or
+/// lacks the image passes to the next; the first failure other than "not found" is reported,
+/// or "not found" when that is all there was.
+async fn resolve_on_hosts<'e>(
+    endpoints: &'e [Endpoint],
+    session_for: &(dyn Fn(&Endpoint) -> Result<Session, RegistryError> + Sync),
+    reference: &str,
+    pinned: Option<&Digest>,
+) -> Result<(&'e Endpoint, manifest::Resolved), RegistryError> {
+    let mut first_failure = None;
+    let mut not_found = None;
+    for endpoint in endpoints.iter().filter(|e| e.capabilities.resolve) {
+        let attempt = match session_for(endpoint) {
+            Ok(session) => manifest::resolve(&session, reference, pinned).await,
+            Err(e) => Err(e),
+        };
+        match attempt {
+            Ok(resolved) => return Ok((endpoint, resolved)),
+            Err(err) => {
+                tracing::info!(host = %endpoint.host, error = %err, "trying the next registry host");
+                match err {
+                    RegistryError::NotFound { .. } => not_found = Some(err),
+                    other => {
+                        first_failure.get_or_insert(other);
+                    }
+                }
+            }
+        }
+    }
+    Err(first_failure
+        .or(not_found)
+        .unwrap_or_else(|| RegistryError::Refused {
+            what: format!("resolving {reference}"),
+            reason: "no registry host has the resolve capability".into(),
+        }))
+}
+
 async fn fill_and_commit(
     store: &ImageStore,
     name: &NamedRef,
-    session: &Session,
+    (session, fallbacks): (&Session, &[Session]),
     resolved: manifest::Resolved,
     staging: Arc<Staging>,
     progress: Option<ProgressFn>,
@@ -105,6 +173,7 @@ async fn fill_and_commit(
     };
     let fetcher = BlobFetcher {
         session,
+        fallbacks,
         ingest: store.inner.paths.ingest.clone(),
         into: staging.blobs.clone(),
         attempts: store.inner.registry.options.blob_attempts,

@@ -37,13 +37,31 @@ pub fn resolv_conf(dns: Option<&api::DnsConfig>) -> Option<String> {
     Some(out)
 }
 
-/// A DNS-1123-ish hostname check: what sethostname and resolvers accept.
-pub fn valid_hostname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+/// The kernel's limit on a hostname (`HOST_NAME_MAX`), in bytes.
+pub const HOSTNAME_MAX_BYTES: usize = 64;
+
+/// The hostname a pod's UTS namespace gets, as containerd decides it: the config's as it is,
+/// else the node's. Only what the kernel cannot hold is refused (more than 64 bytes, or a NUL
+/// that would cut it short); naming rules are the kubelet's business, not the runtime's.
+pub fn pod_hostname(configured: &str, node: &str) -> Result<String, String> {
+    let hostname = if configured.is_empty() {
+        node
+    } else {
+        configured
+    };
+    if hostname.is_empty() {
+        return Err("the node has no hostname to give the pod".into());
+    }
+    if hostname.len() > HOSTNAME_MAX_BYTES {
+        return Err(format!(
+            "pod hostname {hostname:?} is {} bytes; the kernel allows {HOSTNAME_MAX_BYTES}",
+            hostname.len()
+        ));
+    }
+    if hostname.contains('\0') {
+        return Err(format!("pod hostname {hostname:?} contains a NUL byte"));
+    }
+    Ok(hostname.to_string())
 }
 
 #[cfg(test)]
@@ -71,9 +89,38 @@ mod tests {
         assert!(hosts.starts_with("127.0.0.1\tlocalhost\n"));
         assert!(hosts.ends_with("127.0.0.1\tweb-0\n"));
         assert_eq!(hostname_file("a"), "a\n");
-        assert!(valid_hostname("web-0.sub"));
-        assert!(!valid_hostname("bad name"));
-        assert!(!valid_hostname(""));
-        assert!(!valid_hostname(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn pod_hostnames_as_containerd_gives_them() {
+        let sixty_four = "h".repeat(64);
+        let suite_name = format!("PodSandbox-with-log-directory-{}", "0".repeat(36));
+        let table: Vec<(&str, &str, Result<&str, &str>)> = vec![
+            // (configured, node's, result or part of the error)
+            ("", "node-1", Ok("node-1")),
+            ("web-0", "node-1", Ok("web-0")),
+            // Given names reach the kernel as they are, DNS-1123 or not.
+            ("Bad_Name with space", "node-1", Ok("Bad_Name with space")),
+            (
+                "web-0.svc.cluster.local",
+                "n",
+                Ok("web-0.svc.cluster.local"),
+            ),
+            (&sixty_four, "node-1", Ok(&sixty_four)),
+            ("", &sixty_four, Ok(&sixty_four)),
+            (&suite_name, "node-1", Err("66 bytes; the kernel allows 64")),
+            ("a\0b", "node-1", Err("NUL")),
+            ("", "", Err("no hostname")),
+        ];
+        for (configured, node, want) in table {
+            let got = pod_hostname(configured, node);
+            match want {
+                Ok(name) => assert_eq!(got.as_deref(), Ok(name), "{configured:?}"),
+                Err(part) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(part)),
+                    "{configured:?}: {got:?}"
+                ),
+            }
+        }
     }
 }

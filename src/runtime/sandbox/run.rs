@@ -38,20 +38,14 @@ impl ProcessRuntime {
         let ns_opts = namespace_options(&config);
         let host_network = ns_opts.network == api::NamespaceMode::Node as i32;
         let host_ipc = ns_opts.ipc == api::NamespaceMode::Node as i32;
+        let node_hostname = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let hostname = if host_network {
-            nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        } else if config.hostname.is_empty() {
-            meta.name.clone()
+            node_hostname
         } else {
-            config.hostname.clone()
+            files::pod_hostname(&config.hostname, &node_hostname).map_err(RuntimeError::invalid)?
         };
-        if !host_network && !files::valid_hostname(&hostname) {
-            return Err(RuntimeError::invalid(format!(
-                "invalid pod hostname {hostname:?}"
-            )));
-        }
 
         let id = new_id();
         let name_key = sandbox_name_key(&meta);

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The cost per RPC of the CRI socket's :authority adapter (src/cri/authority): one tonic server
+# on two unix sockets, with and without the adapter, the same unary call interleaved in blocks
+# of 100 on both; prints both medians and the difference, then the rewriter's own time for a
+# typical request. Usage: scripts/bench-grpc-authority.sh [CALLS]   (default 20000; release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CALLS="${1:-20000}"
+cargo bench --bench grpc_authority -- --calls "$CALLS"
