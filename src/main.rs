@@ -128,3 +128,46 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `key: value` with a camelCase key (a commented-out setting, not prose).
+    fn is_setting(line: &str) -> bool {
+        line.split_once(": ").is_some_and(|(key, _)| {
+            key.starts_with(|c: char| c.is_ascii_lowercase())
+                && key.chars().all(|c| c.is_ascii_alphanumeric())
+        })
+    }
+
+    /// Every setting of the default configuration is a flag `runp agent` takes.
+    #[test]
+    fn the_default_configuration_parses_as_agent_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        let mut text = cli::config_file::DEFAULT.to_string();
+        // The commented settings too (their example values).
+        text = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if is_setting(rest) => rest.to_string(),
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        text = text.replace("  # x509", "  x509");
+        std::fs::write(&path, &text).unwrap();
+        let args = cli::config_file::expand_args(
+            ["runp", "agent", "--config", path.to_str().unwrap()]
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        )
+        .unwrap();
+        assert!(args.len() > 30, "{args:?}");
+        if let Err(err) = Cli::try_parse_from(&args) {
+            panic!("{err}\n{args:?}\n{text}");
+        }
+    }
+}

@@ -36,6 +36,11 @@ pub struct ConfigFile {
     pub system_reserved: Option<BTreeMap<String, String>>,
     /// The kubelet API's port (`--kubelet-port`).
     pub port: Option<u16>,
+    pub address: Option<IpAddr>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub authentication: Option<Authentication>,
+    pub authorization: Option<Authorization>,
     // runp's own settings (flags of the same name).
     pub runtime: Option<String>,
     pub runtime_endpoint: Option<String>,
@@ -51,8 +56,39 @@ pub struct ConfigFile {
     pub pod_cidrs: Option<Vec<String>>,
     pub pod_bridge: Option<String>,
     pub insecure_registries: Option<Vec<String>>,
+    /// containerd's hosts.toml directory (`--registry-config-dir`).
+    pub registry_config_dir: Option<PathBuf>,
     pub registry_auth_secret: Option<String>,
     pub streaming_address: Option<String>,
+}
+
+/// KubeletConfiguration's `authentication` (the parts runp has).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authentication {
+    pub x509: Option<X509>,
+    pub anonymous: Option<Anonymous>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct X509 {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Anonymous {
+    pub enabled: Option<bool>,
+}
+
+/// KubeletConfiguration's `authorization`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authorization {
+    /// `Webhook` or `AlwaysAllow`.
+    pub mode: Option<String>,
 }
 
 /// A taint as KubeletConfiguration's registerWithTaints writes it.
@@ -96,6 +132,7 @@ streamingAddress: 127.0.0.1:0       # --streaming-addr: Exec/Attach/PortForward 
 
 # Registries.
 insecureRegistries: []              # --insecure-registry: plain http
+# registryConfigDir: /etc/runp/certs.d                      # --registry-config-dir: hosts.toml
 # registryAuthSecret: kube-system/regcred                   # --registry-auth-secret
 
 # Joining a cluster (with a kubeconfig).
@@ -105,7 +142,15 @@ nodeIP: 127.0.0.1                   # --node-ip
 nodeLabels: {}                      # --node-labels
 registerWithTaints: []              # --register-with-taints: [{key, value, effect}]
 systemReserved: {}                  # --system-reserved: {cpu: 500m, memory: 1Gi}
-port: 10250                         # --kubelet-port: the kubelet API
+port: 10250                         # --kubelet-port: the kubelet API (0: none)
+address: 0.0.0.0                    # --address
+# tlsCertFile: /etc/runp/pki/kubelet.crt                    # --tls-cert-file (default: self-signed)
+# tlsPrivateKeyFile: /etc/runp/pki/kubelet.key              # --tls-private-key-file
+authentication:
+  # x509: {clientCAFile: /etc/runp/pki/ca.crt}              # --client-ca-file
+  anonymous: {enabled: false}       # --anonymous-auth
+authorization:
+  mode: Webhook                     # --authorization-mode: Webhook or AlwaysAllow
 "#;
 
 impl ConfigFile {
@@ -175,6 +220,30 @@ impl ConfigFile {
                 .map(|v| v.to_string()),
         );
         one("--kubelet-port", self.port.map(|v| v.to_string()));
+        one("--address", self.address.map(|v| v.to_string()));
+        one("--tls-cert-file", show(&self.tls_cert_file));
+        one("--tls-private-key-file", show(&self.tls_private_key_file));
+        let authn = self.authentication.as_ref();
+        one(
+            "--client-ca-file",
+            show(
+                &authn
+                    .and_then(|a| a.x509.as_ref())
+                    .and_then(|x| x.client_ca_file.clone()),
+            ),
+        );
+        one(
+            "--anonymous-auth",
+            authn
+                .and_then(|a| a.anonymous.as_ref())
+                .and_then(|a| a.enabled)
+                .map(|v| v.to_string()),
+        );
+        one(
+            "--authorization-mode",
+            self.authorization.as_ref().and_then(|a| a.mode.clone()),
+        );
+        one("--registry-config-dir", show(&self.registry_config_dir));
         one("--runtime", self.runtime.clone());
         one("--runtime-endpoint", self.runtime_endpoint.clone());
         one("--listen", self.listen.clone());
@@ -328,6 +397,11 @@ mod tests {
         assert_eq!(get("--pod-max-pids"), None, "-1 is unlimited");
         assert_eq!(get("--kubelet-port"), Some(vec!["10250".to_string()]));
         assert_eq!(get("--cluster-dns"), None);
+        assert_eq!(get("--anonymous-auth"), Some(vec!["false".to_string()]));
+        assert_eq!(
+            get("--authorization-mode"),
+            Some(vec!["Webhook".to_string()])
+        );
     }
 
     #[test]
