@@ -169,6 +169,32 @@ async fn exec_streams_stdin_and_output_and_reports_exit_codes() {
     // A command that does not exist fails the exec (the status says why).
     let outcome = exec_output(&cri, &id, &["/no/such/binary"]).await;
     assert_ne!(outcome.status()["status"], "Success");
+
+    // A client that hangs up mid-exec: the command is killed, not left running.
+    let url = exec_url(
+        &cri,
+        &id,
+        &["sh", "-c", "echo started; exec sleep 987"],
+        false,
+        false,
+    )
+    .await;
+    let mut client = SpdyClient::connect(&url, V4).await.expect("upgrade");
+    let error = client.typed_stream("error").await;
+    let mut stdout = client.typed_stream("stdout").await;
+    let stderr = client.typed_stream("stderr").await;
+    read_until(&mut stdout, "started").await;
+    let running = |ps: &[u8]| String::from_utf8_lossy(ps).contains("sleep 987");
+    assert!(running(&env.exec(&id, &["ps"]).await.stdout));
+    drop((client, error, stdout, stderr));
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while running(&env.exec(&id, &["ps"]).await.stdout) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the exec outlived its client"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     env.cleanup().await;
     let zombies = lasting_zombies();
     assert!(zombies.is_empty(), "zombies: {zombies:?}");

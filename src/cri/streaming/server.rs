@@ -374,7 +374,7 @@ fn serve_remotecommand(
                 status: StatusFormat::for_protocol(&protocol),
                 tty,
             };
-            remotecommand::run(session, operation, session_state.runtime.clone()).await;
+            run_until_hangup(session, operation, &session_state, conn.ended()).await;
             conn.close(CLOSE_DRAIN, CLOSE_LINGER).await;
         });
         return response;
@@ -415,10 +415,25 @@ fn serve_remotecommand(
             status: StatusFormat::for_protocol(&protocol),
             tty,
         };
-        remotecommand::run(session, operation, session_state.runtime.clone()).await;
+        run_until_hangup(session, operation, &session_state, conn.ended()).await;
         conn.close(CLOSE_DRAIN, CLOSE_LINGER).await;
     });
     response
+}
+
+/// Runs the session until it ends or the client hangs up. A client that goes away drops the
+/// session, and with it the exec'd command (the runtime kills what a dropped exec leaves), as
+/// kubelet's streaming server does: a closed `kubectl exec` leaves nothing running.
+async fn run_until_hangup(
+    session: Session,
+    operation: Operation,
+    state: &ServerState,
+    hangup: impl std::future::Future<Output = ()>,
+) {
+    tokio::select! {
+        () = remotecommand::run(session, operation, state.runtime.clone()) => {}
+        () = hangup => debug!("streaming client hung up; the session is dropped"),
+    }
 }
 
 fn serve_port_forward(
