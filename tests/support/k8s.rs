@@ -101,6 +101,28 @@ fn unavailable() -> Option<String> {
     None
 }
 
+/// One run of start-cluster.sh in a fresh folder.
+fn start_cluster_once() -> (tempfile::TempDir, Output) {
+    let dir = tempfile::Builder::new()
+        .prefix("runp-k8s-")
+        .tempdir()
+        .expect("temp dir");
+    let cache = std::env::temp_dir().join("runp-k8s-bin-cache");
+    let script = k8s_dir().join("start-cluster.sh");
+    let out = run_command(
+        "env",
+        &[
+            "NODE_NAME=runp-test-node",
+            "bash",
+            &script.to_string_lossy(),
+            &dir.path().to_string_lossy(),
+        ],
+        &[("K8S_BIN_CACHE", &cache)],
+        b"",
+    );
+    (dir, out)
+}
+
 /// A running control plane.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
@@ -118,23 +140,24 @@ impl Cluster {
             eprintln!("SKIP: {test}: needs the Kubernetes control plane: {reason}");
             return None;
         }
-        let dir = tempfile::Builder::new()
-            .prefix("runp-k8s-")
-            .tempdir()
-            .expect("temp dir");
-        let cache = std::env::temp_dir().join("runp-k8s-bin-cache");
-        let script = k8s_dir().join("start-cluster.sh");
-        let out = run_command(
-            "env",
-            &[
-                "NODE_NAME=runp-test-node",
-                "bash",
-                &script.to_string_lossy(),
-                &dir.path().to_string_lossy(),
-            ],
-            &[("K8S_BIN_CACHE", &cache)],
-            b"",
-        );
+        // start-cluster.sh picks free ports in a range that overlaps the
+        // kernel's ephemeral ports, so a port free when picked can be taken by
+        // an outgoing connection before kube-apiserver binds it: start again
+        // on fresh ports then, and only then.
+        let mut attempt = 1;
+        let (dir, out) = loop {
+            let (dir, out) = start_cluster_once();
+            let log = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if out.status.success() || attempt == 3 || !log.contains("address already in use") {
+                break (dir, out);
+            }
+            eprintln!("{test}: start-cluster.sh lost a port to another socket; starting again");
+            attempt += 1;
+        };
         assert!(
             out.status.success(),
             "start-cluster.sh failed:\n{}\n{}",
