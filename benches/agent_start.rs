@@ -79,7 +79,7 @@ async fn agent_run(
     reaper: &Reaper,
     pods: usize,
     idle: Option<Duration>,
-) -> anyhow::Result<(Duration, Option<Idle>)> {
+) -> anyhow::Result<(Duration, Duration, Option<Idle>)> {
     let dir = tempfile::Builder::new().prefix("rpa").tempdir_in("/tmp")?;
     let root = dir.path().join("agent");
     let store = ImageStore::open(root.join("images"))?;
@@ -114,6 +114,7 @@ async fn agent_run(
         Some(window) => Some(measure_idle(agent.pid, window).await?),
         None => None,
     };
+    let t0 = Instant::now();
     for i in 0..pods {
         std::fs::remove_file(manifests.join(format!("pod-{i}.yaml")))?;
     }
@@ -123,8 +124,9 @@ async fn agent_run(
         empty(&status_dir) && empty(&sandboxes)
     })
     .await?;
+    let teardown = t0.elapsed();
     agent.stop().await?;
-    Ok((took, idle))
+    Ok((took, teardown, idle))
 }
 
 /// The peer: N pods through the in-process CRI, in sequence and then all at once.
@@ -133,13 +135,15 @@ async fn direct_run(
     logs: &Path,
     pods: usize,
     idle: Option<Duration>,
-) -> anyhow::Result<(Duration, Duration, Option<Idle>)> {
+) -> anyhow::Result<(Duration, Duration, Duration, Option<Idle>)> {
     let t0 = Instant::now();
     for i in 0..pods {
         start_one(rt.as_ref(), i, logs).await?;
     }
     let sequential = t0.elapsed();
+    let t0 = Instant::now();
     remove_all(rt.as_ref()).await?;
+    let teardown = t0.elapsed();
     let t0 = Instant::now();
     let starts = (0..pods).map(|i| start_one(rt.as_ref() as &dyn RuntimeService, i, logs));
     for result in futures::future::join_all(starts).await {
@@ -151,7 +155,7 @@ async fn direct_run(
         None => None,
     };
     remove_all(rt.as_ref()).await?;
-    Ok((sequential, concurrent, idle))
+    Ok((sequential, concurrent, teardown, idle))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -192,11 +196,15 @@ async fn main() -> anyhow::Result<()> {
     let mut idle_figures = None;
     for &pods in &counts {
         let (mut agent, mut sequential, mut concurrent) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut agent_down, mut direct_down) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let window = (pods == largest && run + 1 == runs && idle_secs > 0)
                 .then(|| Duration::from_secs(idle_secs));
-            let (took, agent_idle) = agent_run(&reaper, pods, window).await?;
-            let (seq, conc, direct_idle) = direct_run(&rt, &logs, pods, window).await?;
+            let (took, down, agent_idle) = agent_run(&reaper, pods, window).await?;
+            let (seq, conc, direct_teardown, direct_idle) =
+                direct_run(&rt, &logs, pods, window).await?;
+            agent_down.push(ms(down));
+            direct_down.push(ms(direct_teardown));
             eprintln!(
                 "  N={pods} run {}: agent {:.0} ms, direct CRI {:.0} ms in sequence, {:.0} ms at once",
                 run + 1,
@@ -218,7 +226,16 @@ async fn main() -> anyhow::Result<()> {
             a / s,
             a / c
         );
-        println!("AGENT_MS_{pods}={a:.1} DIRECT_SEQ_MS_{pods}={s:.1} DIRECT_CONC_MS_{pods}={c:.1}");
+        let (ad, dd) = (median(&agent_down), median(&direct_down));
+        println!(
+            "N={pods:<4} teardown: agent (manifests removed to every pod gone) {ad:8.0} ms | \
+             direct CRI stop+remove in sequence {dd:8.0} ms | {:.2}x",
+            ad / dd
+        );
+        println!(
+            "AGENT_MS_{pods}={a:.1} DIRECT_SEQ_MS_{pods}={s:.1} DIRECT_CONC_MS_{pods}={c:.1} \
+             AGENT_DOWN_MS_{pods}={ad:.1} DIRECT_DOWN_MS_{pods}={dd:.1}"
+        );
     }
     if let Some((pods, agent, direct)) = idle_figures {
         // One clock tick is the resolution: a peer that used none has no ratio.
@@ -234,6 +251,13 @@ async fn main() -> anyhow::Result<()> {
             direct.cpu,
             direct.rss as f64 / 1024.0,
             agent.rss as f64 / direct.rss as f64
+        );
+        println!(
+            "IDLE_PODS={pods} AGENT_CPU={:.3} AGENT_RSS_MIB={:.1} DIRECT_CPU={:.3} DIRECT_RSS_MIB={:.1}",
+            agent.cpu,
+            agent.rss as f64 / 1024.0,
+            direct.cpu,
+            direct.rss as f64 / 1024.0
         );
     }
     Ok(())

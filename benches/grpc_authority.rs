@@ -147,6 +147,11 @@ fn main() -> anyhow::Result<()> {
         micros(m_fixed) - micros(m_raw),
         (m_fixed.as_secs_f64() / m_raw.as_secs_f64() - 1.0) * 100.0
     );
+    println!(
+        "MEDIAN_US_WITH={:.1} MEDIAN_US_WITHOUT={:.1}",
+        micros(m_fixed),
+        micros(m_raw)
+    );
 
     let socket: PathBuf = "/run/runp/runp.sock".into();
     let (first, next) = typical_request(socket.to_str().unwrap_or_default());

@@ -114,6 +114,14 @@ async fn main() -> anyhow::Result<()> {
     local.report("runp");
     let median = percentile(&local.total, 0.5);
     println!("RUNP_MEDIAN_MS={:.3}", ms(median));
+    println!("RUNP_P90_MS={:.3}", ms(percentile(&local.total, 0.9)));
+    // RunPodSandbox, CreateContainer, StartContainer medians, for scripts/bench-all.sh.
+    println!(
+        "RUNP_CALLS_MS={:.3} {:.3} {:.3}",
+        ms(percentile(&local.calls[0], 0.5)),
+        ms(percentile(&local.calls[1], 0.5)),
+        ms(percentile(&local.calls[2], 0.5))
+    );
     if remote.is_some() {
         over_grpc.sort();
         over_grpc.report("runp serve over gRPC");

@@ -5,5 +5,11 @@
 # typical request. Usage: scripts/bench-grpc-authority.sh [CALLS]   (default 20000; release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 CALLS="${1:-20000}"
-cargo bench --bench grpc_authority -- --calls "$CALLS"
+out="$(mktemp /tmp/runp-bench-authority.XXXXXX)"
+trap 'rm -f "$out"' EXIT
+cargo bench --bench grpc_authority -- --calls "$CALLS" | tee "$out"
+figure() { tr ' ' '\n' <"$out" | sed -n "s/^$1=//p" | head -n1; }
+bench_result "unary CRI RPC with the :authority rewriter" "$(figure MEDIAN_US_WITH)" \
+  "without it" "$(figure MEDIAN_US_WITHOUT)" "µs" ""

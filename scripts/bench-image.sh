@@ -7,6 +7,7 @@
 # Usage: scripts/bench-image.sh [RUNS]   (default 7)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RUNS="${1:-7}"
 scripts/build-fixtures.sh
 cargo build --release --quiet --bin runp
@@ -52,6 +53,9 @@ bench() { # bench NAME OCI_TARBALL
   printf '%-8s layers=%d size=%s runs=%d  runp image load: %8s ms   tar -xzf: %8s ms   ratio: %sx\n' \
     "$name" "${#layers[@]}" "$(du -sh "$archive" | cut -f1)" "$RUNS" "$runp_ms" "$tar_ms" \
     "$(awk -v a="$runp_ms" -v b="$tar_ms" 'BEGIN {printf "%.2f", a/b}')"
+  local goal="<= 1.0x"
+  [ "$name" = busybox ] || goal="<= 0.9x"
+  bench_result "image load: $name ($(du -sh "$archive" | cut -f1))" "$runp_ms" "tar -xzf" "$tar_ms" ms "$goal"
 }
 
 bench busybox "$BUILD/busybox-oci.tar"

@@ -12,6 +12,7 @@
 # Usage: scripts/bench-pull.sh [RUNS]   (default 7). Needs docker-registry and skopeo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RUNS="${1:-7}"
 for tool in docker-registry skopeo; do
   command -v "$tool" >/dev/null || { echo "bench-pull: needs $tool" >&2; exit 1; }
@@ -82,6 +83,7 @@ bench() { # bench NAME OCI_TARBALL REF_IN_TARBALL
   printf '%-8s size=%s runs=%d  runp image pull: %7s ms  skopeo copy: %7s ms  runp image load: %7s ms  pull/skopeo: %sx  pull/load: %sx\n' \
     "$name" "$(du -sh "$archive" | cut -f1)" "$RUNS" "$pull_ms" "$skopeo_ms" "$load_ms" \
     "$(ratio "$pull_ms" "$skopeo_ms")" "$(ratio "$pull_ms" "$load_ms")"
+  bench_result "image pull: $name (loopback registry)" "$pull_ms" "skopeo copy" "$skopeo_ms" ms "<= 1.2x"
 }
 
 bench busybox "$BUILD/busybox-oci.tar" "docker.io/library/busybox:latest"

@@ -7,6 +7,7 @@
 # Usage: scripts/bench-runtime.sh [pods]   (default 50; needs root, crun, umoci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 PODS="${1:-50}"
 command -v crun >/dev/null || { echo "bench-runtime: crun is not installed (apt-get install crun)" >&2; exit 1; }
 command -v umoci >/dev/null || { echo "bench-runtime: umoci is not installed (apt-get install umoci)" >&2; exit 1; }
@@ -16,6 +17,9 @@ FIXTURES="$PWD/rootfs-fixtures/build"
 echo "== runp ($PODS pods, release build)" >&2
 cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" --grpc | tee /tmp/runp-bench.$$
 RUNP_MS="$(sed -n 's/^RUNP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
+RUNP_P90="$(sed -n 's/^RUNP_P90_MS=//p' /tmp/runp-bench.$$)"
+read -r RUN_MS CREATE_MS START_MS <<<"$(sed -n 's/^RUNP_CALLS_MS=//p' /tmp/runp-bench.$$)"
+GRPC_MS="$(sed -n 's/^GRPC_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
 GRPC_LINE="$(grep '^ratio gRPC' /tmp/runp-bench.$$)"
 rm -f /tmp/runp-bench.$$
 
@@ -58,6 +62,13 @@ LOOP
 mapfile -t times < <(unshare --mount --propagation private bash "$WORK/loop.sh")
 [ "${#times[@]}" -eq "$PODS" ] || { echo "bench-runtime: crun runs failed" >&2; exit 1; }
 CRUN_MS="$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f", m/1e6}')"
-echo "crun: $PODS containers, crun run -d: median $CRUN_MS ms"
+CRUN_P90="$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {i=int(NR*0.9+0.5); if (i<1) i=1; printf "%.3f", a[i]/1e6}')"
+echo "crun: $PODS containers, crun run -d: median $CRUN_MS ms, p90 $CRUN_P90 ms"
 python3 -c "r=$RUNP_MS/$CRUN_MS; print(f'ratio runp/crun (median pod start vs median crun run): {r:.2f}x  (runp {$RUNP_MS:.1f} ms, crun {$CRUN_MS:.1f} ms)')"
 echo "$GRPC_LINE"
+bench_result "pod start, median ($PODS pods)" "$RUNP_MS" "crun run -d" "$CRUN_MS" ms "<= 1.5x"
+bench_result "pod start, p90 ($PODS pods)" "$RUNP_P90" "crun run -d" "$CRUN_P90" ms "<= 1.5x"
+bench_result "StartContainer alone, median" "$START_MS" "crun run -d" "$CRUN_MS" ms "<= 1.0x"
+bench_result "RunPodSandbox alone, median" "$RUN_MS" "" "" ms ""
+bench_result "CreateContainer alone, median" "$CREATE_MS" "" "" ms ""
+bench_result "pod start through runp serve (gRPC), median" "$GRPC_MS" "in process" "$RUNP_MS" ms ""
