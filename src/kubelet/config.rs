@@ -101,7 +101,9 @@ impl Default for Timings {
             backoff_max: Duration::from_secs(300),
             pleg_relist: Duration::from_secs(1),
             pleg_unhealthy_after: Duration::from_secs(180),
-            resync: Duration::from_secs(10),
+            // kubelet's syncFrequency: PLEG events, probe results and object changes sync a pod
+            // at once, so the periodic resync is only a safety net.
+            resync: Duration::from_secs(60),
             housekeeping: Duration::from_secs(5),
             status_sync: Duration::from_secs(10),
             container_gc: Duration::from_secs(60),

@@ -1,8 +1,9 @@
 //! Pod workers: one task per pod UID. Updates are coalesced (the latest spec wins, a pending sync
 //! is never queued twice); each sync inspects the runtime, computes the pod's actions, executes
-//! them, regenerates the status and (re)starts probe workers. Pods resync every 10 s, sooner when
-//! a back-off ends. Removal terminates gracefully: kill (preStop, grace period) → sandbox
-//! stop/remove → volume teardown → pod directory and status removed.
+//! them, regenerates the status and (re)starts probe workers. Pods resync every 60 s, at once on
+//! a PLEG event, a probe result or an object change, and when a back-off ends. Removal
+//! terminates gracefully: kill (preStop, grace period) → sandbox stop/remove → volume teardown →
+//! pod directory and status removed.
 
 use crate::cri::RuntimeService;
 use crate::kubelet::actions::{CRASH_LOOP_BACK_OFF, compute_pod_actions};

@@ -93,6 +93,21 @@ struct SandboxLabels {
     labels: HashMap<String, String>,
 }
 
+/// The labels of a record's config, decoded at the first label-selected list: configs never
+/// change after creation, and decoding every record's labels at every selected list (each pod
+/// sync asks for its own pod's containers) was a third of the idle agent's CPU.
+#[derive(Clone, Debug, Default)]
+pub struct LabelsCache(std::sync::OnceLock<HashMap<String, String>>);
+
+impl LabelsCache {
+    fn get(
+        &self,
+        decode_labels: impl FnOnce() -> HashMap<String, String>,
+    ) -> &HashMap<String, String> {
+        self.0.get_or_init(decode_labels)
+    }
+}
+
 /// A process the runtime started through a shim.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProcessRecord {
@@ -143,6 +158,8 @@ pub struct SandboxRecord {
     /// The pod cgroup (relative to the cgroup root) when cgroups are writable.
     pub cgroup_parent: Option<PathBuf>,
     pub shm_mounted: bool,
+    #[serde(skip)]
+    pub labels: LabelsCache,
 }
 
 /// Records written before the CNI network existed describe loopback-only pods.
@@ -155,11 +172,17 @@ impl SandboxRecord {
         decode(&self.config, "sandbox config")
     }
     /// Whether the config's labels carry every pair of `selector` (an empty one matches
-    /// without decoding; otherwise only the labels are decoded).
+    /// without decoding; otherwise only the labels are decoded, once per record).
     pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
         selector.is_empty()
-            || decode::<SandboxLabels>(&self.config, "sandbox config")
-                .is_ok_and(|l| labels_match(selector, &l.labels))
+            || labels_match(
+                selector,
+                self.labels.get(|| {
+                    decode::<SandboxLabels>(&self.config, "sandbox config")
+                        .map(|l| l.labels)
+                        .unwrap_or_default()
+                }),
+            )
     }
     pub fn metadata(&self) -> api::PodSandboxMetadata {
         self.config()
@@ -220,6 +243,8 @@ pub struct ContainerRecord {
     /// Resources as last set (create or UpdateContainerResources).
     #[serde(with = "pb")]
     pub resources: Vec<u8>,
+    #[serde(skip)]
+    pub labels: LabelsCache,
 }
 
 impl ContainerRecord {
@@ -227,11 +252,17 @@ impl ContainerRecord {
         decode(&self.config, "container config")
     }
     /// Whether the config's labels carry every pair of `selector` (an empty one matches
-    /// without decoding; otherwise only the labels are decoded).
+    /// without decoding; otherwise only the labels are decoded, once per record).
     pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
         selector.is_empty()
-            || decode::<ContainerLabels>(&self.config, "container config")
-                .is_ok_and(|l| labels_match(selector, &l.labels))
+            || labels_match(
+                selector,
+                self.labels.get(|| {
+                    decode::<ContainerLabels>(&self.config, "container config")
+                        .map(|l| l.labels)
+                        .unwrap_or_default()
+                }),
+            )
     }
     pub fn resources(&self) -> Option<api::LinuxContainerResources> {
         if self.resources.is_empty() {
@@ -509,6 +540,7 @@ mod tests {
             infra: None,
             cgroup_parent: None,
             shm_mounted: false,
+            labels: Default::default(),
         };
         let sdir = dir.join(&id);
         std::fs::create_dir_all(&sdir).unwrap();

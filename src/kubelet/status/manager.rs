@@ -89,11 +89,19 @@ impl StatusManager {
         let path = self.dir.join(status_file_name(namespace, name));
         let mut full = pod.clone();
         full.status = Some(status);
+        let mut entries = self.entries();
+        let uid = uid.to_string();
+        // Every resync of every pod lands here: comparing the objects spares the YAML
+        // emitter (the idle agent's largest cost when it ran each time).
+        if entries
+            .get(&uid)
+            .is_some_and(|e| e.path == path && e.written.is_some() && e.pod == full)
+        {
+            return Ok(false);
+        }
         let bytes = serde_yaml_ng::to_string(&full)
             .map_err(io::Error::other)?
             .into_bytes();
-        let mut entries = self.entries();
-        let uid = uid.to_string();
         if let Some(old) = entries.get(&uid)
             && old.path != path
         {
