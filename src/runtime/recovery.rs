@@ -7,9 +7,10 @@ use crate::runtime::error::Result;
 use crate::runtime::monitor::{apply_exit, watch_container, watch_infra};
 use crate::runtime::shim::open_pidfd;
 use crate::runtime::state::{
-    ContainerEntry, ContainerRecord, ContainerState, SandboxEntry, SandboxRecord, SandboxState,
-    container_name_key, load_records, lock, sandbox_name_key,
+    ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry, SandboxRecord,
+    SandboxState, container_name_key, load_records, lock, sandbox_name_key,
 };
+use std::path::Path;
 use std::sync::Arc;
 
 impl ProcessRuntime {
@@ -50,8 +51,9 @@ impl ProcessRuntime {
         }
         let mut adopted = 0;
         for (path, record) in containers {
-            let entry = Arc::new(ContainerEntry::new(record.clone(), path));
             let dir = layout.container_dir(&record.id);
+            let entry = Arc::new(ContainerEntry::new(record.clone(), path));
+            let record = adopt_interrupted_start(&entry, &dir)?;
             if record.state == ContainerState::Running {
                 let shim = record
                     .process
@@ -97,4 +99,35 @@ impl ProcessRuntime {
         }
         Ok(())
     }
+}
+
+/// A StartContainer cut short after the shim started the process but before its report was
+/// recorded leaves a Created record and a running (or since exited) process: the shim's start
+/// record makes it Running, so it is watched and stopped like any other, never started twice.
+fn adopt_interrupted_start(entry: &ContainerEntry, dir: &Path) -> Result<ContainerRecord> {
+    let record = entry.snapshot();
+    if record.state != ContainerState::Created {
+        return Ok(record);
+    }
+    let started = match jail::read_start_record(dir) {
+        Ok(Some(started)) => started,
+        Ok(None) => return Ok(record),
+        Err(e) => {
+            tracing::warn!(container = %record.id, error = %e, "unreadable start record");
+            return Ok(record);
+        }
+    };
+    tracing::info!(container = %record.id, pid = started.pid, "adopting a container whose start was interrupted");
+    entry.update(|r| {
+        r.state = ContainerState::Running;
+        r.started_at = started.started_at_ns;
+        r.process = Some(ProcessRecord {
+            shim_pid: started.shim_pid,
+            shim_start_time: started.shim_start_time,
+            pid: started.pid,
+            pid_start_time: started.pid_start_time,
+            started_at: started.started_at_ns,
+        });
+    })?;
+    Ok(entry.snapshot())
 }
