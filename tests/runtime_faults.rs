@@ -386,3 +386,198 @@ async fn a_killed_shim_reports_the_container_exited_and_it_can_be_removed() {
     remove_everything_and_check(&served, dir).await;
     served.sigkill().await;
 }
+
+async fn status_of(rt: &RemoteRuntime, id: &str) -> Result<api::ContainerStatus, tonic::Status> {
+    Ok(rt
+        .container_status(api::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await?
+        .status
+        .unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest() {
+    const TEST: &str = "unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest";
+    if !is_root() {
+        return skip(TEST, "root (real or mapped)");
+    }
+    let (dir, _guard) = test_dir();
+    let dir = dir.path();
+    let state = dir.join("root/runtime");
+    let served = Served::start(dir, 1).await;
+    let mut pods = Vec::new();
+    for name in ["truncated", "garbage", "intact"] {
+        let pod = run_pod(&served.rt, dir, name).await;
+        let id = create_and_start(&served.rt, &pod, "main").await.unwrap();
+        pods.push((pod, id));
+    }
+    served.sigkill().await;
+
+    // A sandbox record cut in half, a container record overwritten with garbage, and the
+    // directories a RunPodSandbox and a CreateContainer killed before their records leave.
+    let truncated = state
+        .join("sandboxes")
+        .join(&pods[0].0.0)
+        .join("sandbox.json");
+    let text = std::fs::read(&truncated).unwrap();
+    std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
+    let garbage = state
+        .join("containers")
+        .join(&pods[1].1)
+        .join("container.json");
+    std::fs::write(&garbage, b"\x00\xffnot json at all").unwrap();
+    let half_pod = state.join("sandboxes").join("a".repeat(64));
+    std::fs::create_dir_all(half_pod.join("ns")).unwrap();
+    let half_container = state.join("containers").join("b".repeat(64));
+    std::fs::create_dir_all(half_container.join("bundle")).unwrap();
+
+    let served = Served::start(dir, 2).await;
+    let log = served.log_text();
+    for file in [&truncated, &garbage] {
+        assert!(log.contains(&file.display().to_string()), "{log}");
+    }
+    assert!(!half_pod.exists() && !half_container.exists(), "{log}");
+    // The rest loads and works.
+    let listed: HashSet<String> = sandboxes(&served.rt)
+        .await
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(
+        listed,
+        HashSet::from([pods[1].0.0.clone(), pods[2].0.0.clone()])
+    );
+    let intact = status_of(&served.rt, &pods[2].1).await.unwrap();
+    assert_eq!(intact.state, api::ContainerState::ContainerRunning as i32);
+    let r = served
+        .rt
+        .exec_sync(api::ExecSyncRequest {
+            container_id: pods[2].1.clone(),
+            cmd: vec!["echo".into(), "alive".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, b"alive\n");
+    assert_eq!(
+        status_of(&served.rt, &pods[1].1).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    create_and_start(&served.rt, &pods[2].0, "second")
+        .await
+        .unwrap();
+    // The unreadable entries are removed by their ids, with what ran for them.
+    served
+        .rt
+        .remove_container(api::RemoveContainerRequest {
+            container_id: pods[1].1.clone(),
+        })
+        .await
+        .expect("remove the container with the garbage record");
+    served
+        .rt
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: pods[0].0.0.clone(),
+        })
+        .await
+        .expect("remove the sandbox with the truncated record");
+    assert!(!garbage.parent().unwrap().exists());
+    assert!(!truncated.parent().unwrap().exists());
+    remove_everything_and_check(&served, dir).await;
+    served.sigkill().await;
+}
+
+/// Fills the filesystem of `dir` to the last block with `<dir>/filler`.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![0x5au8; 1 << 16];
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_root_fails_creation_cleanly_and_it_succeeds_after_freeing_space() {
+    const TEST: &str =
+        "a_full_state_root_fails_creation_cleanly_and_it_succeeds_after_freeing_space";
+    if !is_real_root() {
+        return skip(TEST, "real root (mounts a tmpfs as the state root)");
+    }
+    // The runtime's root is a small tmpfs (the leak guard detaches it).
+    let env = Env::with(|opts| {
+        std::fs::create_dir_all(&opts.root).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &opts.root,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=8m,mode=0700"),
+        )
+        .expect("mount a tmpfs");
+    })
+    .await;
+    let root = env.dir.path().join("rt");
+    let pod = env.pod("roomy").await;
+    fill(&root);
+    let leases = env.dir.path().join("images/leases");
+    let before = (
+        entries(&root.join("sandboxes")).len(),
+        entries(&root.join("containers")),
+        entries(&leases),
+        mounts_under(&root),
+    );
+    let err = env
+        .rt
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(pod_config("cramped", &env.logs())),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("No space left on device"), "{err:?}");
+    let err = env
+        .create(&pod, shell("cramped", "exec sleep 1000"))
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("No space left on device"), "{err:?}");
+    // Nothing half-created: no state, rootfs lease or mount, nothing listed.
+    let after = (
+        entries(&root.join("sandboxes")).len(),
+        entries(&root.join("containers")),
+        entries(&leases),
+        mounts_under(&root),
+    );
+    assert_eq!(after, before);
+    let listed = env
+        .rt
+        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let listed = env
+        .rt
+        .list_containers(api::ListContainersRequest { filter: None })
+        .await
+        .unwrap()
+        .containers;
+    assert!(listed.is_empty(), "{listed:?}");
+    // With room again the same calls succeed.
+    std::fs::remove_file(root.join("filler")).unwrap();
+    env.pod("cramped").await;
+    let id = env.run(&pod, shell("cramped", "exec sleep 1000")).await;
+    assert_eq!(
+        env.status(&id).await.state,
+        api::ContainerState::ContainerRunning as i32
+    );
+    env.cleanup().await;
+}

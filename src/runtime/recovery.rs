@@ -3,12 +3,12 @@
 
 use crate::jail;
 use crate::runtime::ProcessRuntime;
-use crate::runtime::error::Result;
+use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::monitor::{apply_exit, watch_container, watch_infra};
-use crate::runtime::shim::open_pidfd;
+use crate::runtime::shim::{open_pidfd, signal};
 use crate::runtime::state::{
-    ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry, SandboxRecord,
-    SandboxState, container_name_key, load_records, lock, sandbox_name_key,
+    BadRecord, ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry,
+    SandboxRecord, SandboxState, container_name_key, load_records, lock, sandbox_name_key,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -18,8 +18,8 @@ impl ProcessRuntime {
         let layout = &self.shared.layout;
         let (sandboxes, problems) =
             load_records::<SandboxRecord>(&layout.sandboxes(), "sandbox.json")?;
-        for p in problems {
-            tracing::warn!(problem = %p, "skipping an unreadable sandbox record");
+        for bad in problems {
+            self.bad_record(bad, "sandbox").await;
         }
         for (path, record) in sandboxes {
             let infra_alive = record
@@ -46,8 +46,8 @@ impl ProcessRuntime {
 
         let (containers, problems) =
             load_records::<ContainerRecord>(&layout.containers(), "container.json")?;
-        for p in problems {
-            tracing::warn!(problem = %p, "skipping an unreadable container record");
+        for bad in problems {
+            self.bad_record(bad, "container").await;
         }
         let mut adopted = 0;
         for (path, record) in containers {
@@ -98,6 +98,82 @@ impl ProcessRuntime {
             tracing::info!(count = adopted, "re-adopted running containers");
         }
         Ok(())
+    }
+}
+
+impl ProcessRuntime {
+    /// A directory without its record is what a RunPodSandbox/CreateContainer killed before
+    /// the record was written left (nothing runs for it yet): cleared now. An unreadable record
+    /// is reported by file and kept aside; removing its id clears it.
+    async fn bad_record(&self, bad: BadRecord, kind: &str) {
+        if bad.missing {
+            tracing::info!(id = %bad.id, file = %bad.path.display(), "clearing a {kind} whose creation was cut short");
+            if let Err(e) = self.clear_leftovers(&bad.id, kind == "sandbox").await {
+                tracing::warn!(id = %bad.id, error = %e, "cannot clear the {kind} leftovers");
+            }
+            return;
+        }
+        tracing::error!(
+            id = %bad.id,
+            file = %bad.path.display(),
+            error = %bad.message,
+            "unreadable {kind} record: skipped (not listed); removing the {kind} by its id clears it"
+        );
+        lock(&self.shared.broken).insert(bad.id);
+    }
+
+    /// Removal of an id whose record was unreadable: clears it if it is one.
+    pub(crate) async fn remove_broken(&self, id: &str, sandbox: bool) -> Result<()> {
+        if !lock(&self.shared.broken).contains(id) {
+            return Ok(());
+        }
+        if sandbox {
+            for container in self.shared.index.containers_of(id) {
+                self.remove_container_entry(&container).await?;
+            }
+        }
+        self.clear_leftovers(id, sandbox).await?;
+        lock(&self.shared.broken).remove(id);
+        tracing::info!(%id, "removed the state of an unreadable record");
+        Ok(())
+    }
+
+    /// Kills what the shim's start record names, then releases mounts, lease and directory.
+    async fn clear_leftovers(&self, id: &str, sandbox: bool) -> Result<()> {
+        let layout = &self.shared.layout;
+        let dir = if sandbox {
+            layout.sandbox_dir(id)
+        } else {
+            layout.container_dir(id)
+        };
+        if let Ok(Some(started)) = jail::read_start_record(&dir) {
+            for (pid, start) in [
+                (started.pid, started.pid_start_time),
+                (started.shim_pid, started.shim_start_time),
+            ] {
+                if let Some(fd) = open_pidfd(pid, start) {
+                    let _ = signal(&fd, libc::SIGKILL);
+                }
+            }
+        }
+        if sandbox {
+            return self.teardown_sandbox_dir(&dir).await;
+        }
+        let (images, holder, lc_state) = (
+            self.images.clone(),
+            id.to_string(),
+            layout.libcontainer_root().join(id),
+        );
+        tokio::task::spawn_blocking(move || {
+            images.release_rootfs("", &holder, &dir)?;
+            let _ = std::fs::remove_dir_all(&lc_state);
+            std::fs::remove_dir_all(&dir).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(RuntimeError::io("removing", &dir)(e)),
+            })
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("container cleanup task: {e}")))?
     }
 }
 
