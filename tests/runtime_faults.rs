@@ -1,216 +1,20 @@
-//! Faults under `runp serve`: SIGKILL of the server in the middle of creating and starting
-//! containers, SIGKILL of a container's shim, truncated or garbage state files at start. After
-//! each, every pod and container is either fully there or cleanly gone, nothing is duplicated,
-//! and everything can be stopped and removed without leaving processes or mounts behind.
+//! Faults under `runp serve`: SIGKILL of the server in the middle of running pods and starting
+//! containers, SIGKILL of a container's shim, truncated or garbage state files at start, a full
+//! state root. After each, every pod and container is either fully there or cleanly gone,
+//! nothing is duplicated, and everything can be stopped and removed without leaving processes
+//! or mounts behind.
 
+#[path = "support/serve.rs"]
+mod serve;
 #[path = "support/runtime.rs"]
 mod support;
 
-use runp::cri::client::RemoteRuntime;
 use runp::cri::{RuntimeService, api};
+use serve::*;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use support::*;
-
-const HANG_GUARD: Duration = Duration::from_secs(20);
-
-/// `runp serve` on `<dir>/root`, SIGKILLed (and reaped by the test's reaper) when dropped.
-struct Served {
-    pid: i32,
-    rt: RemoteRuntime,
-    log: PathBuf,
-}
-
-impl Served {
-    async fn start(dir: &Path, run: usize) -> Served {
-        let socket = dir.join("cri.sock");
-        let log = dir.join(format!("serve-{run}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        // Reaped by the test process's reaper (see `kill`), never by `Child::wait`.
-        #[allow(clippy::zombie_processes)]
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
-            .arg("--root")
-            .arg(dir.join("root"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("unix://{}", socket.display()))
-            .args(["--network", "loopback", "--streaming-addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("start runp serve");
-        let pid = child.id() as i32;
-        let endpoint: runp::cri::endpoint::CriEndpoint =
-            format!("unix://{}", socket.display()).parse().unwrap();
-        let rt = match RemoteRuntime::connect(&endpoint, Default::default()).await {
-            Ok(rt) => rt,
-            Err(e) => {
-                kill(pid).await;
-                panic!(
-                    "connect to runp serve: {e}\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            }
-        };
-        Served { pid, rt, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn sigkill(self) {
-        kill(self.pid).await;
-    }
-}
-
-async fn kill(pid: i32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    let _ = tokio::time::timeout(HANG_GUARD, reaper().wait(pid)).await;
-}
-
-/// A test directory with the busybox image in `<dir>/root/images`; `<dir>/rt` links to the
-/// runtime's state so the leak guard finds it.
-fn test_dir() -> (tempfile::TempDir, LeakGuard) {
-    let _ = reaper();
-    let dir = tempfile::Builder::new()
-        .prefix("rp")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(root.join("runtime")).unwrap();
-    std::os::unix::fs::symlink(root.join("runtime"), dir.path().join("rt")).unwrap();
-    let guard = LeakGuard::new(dir.path());
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("rootfs-fixtures/build");
-    runp::image::ImageStore::open(root.join("images"))
-        .unwrap()
-        .import(&fixtures.join("busybox-oci"))
-        .unwrap();
-    (dir, guard)
-}
-
-async fn run_pod(rt: &RemoteRuntime, dir: &Path, name: &str) -> (String, api::PodSandboxConfig) {
-    let config = pod_config(name, &dir.join("logs"));
-    let id = rt
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .expect("run pod sandbox")
-        .pod_sandbox_id;
-    (id, config)
-}
-
-async fn create_and_start(
-    rt: &RemoteRuntime,
-    pod: &(String, api::PodSandboxConfig),
-    name: &str,
-) -> Result<String, tonic::Status> {
-    let id = rt
-        .create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod.0.clone(),
-            config: Some(shell(name, "exec sleep 1000")),
-            sandbox_config: Some(pod.1.clone()),
-        })
-        .await?
-        .container_id;
-    rt.start_container(api::StartContainerRequest {
-        container_id: id.clone(),
-    })
-    .await?;
-    Ok(id)
-}
-
-async fn containers(rt: &RemoteRuntime) -> Vec<api::Container> {
-    rt.list_containers(api::ListContainersRequest { filter: None })
-        .await
-        .expect("list containers")
-        .containers
-}
-
-async fn sandboxes(rt: &RemoteRuntime) -> Vec<api::PodSandbox> {
-    rt.list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
-        .await
-        .expect("list pod sandboxes")
-        .items
-}
-
-/// Processes (other than `runp serve` itself) whose command line or root mentions `dir`:
-/// shims, pod infra, containers.
-fn processes_under(dir: &Path, serve: i32) -> Vec<String> {
-    let needle = dir.display().to_string();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.parse::<i32>().map_or(true, |pid| pid == serve) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let root = std::fs::read_link(entry.path().join("root")).unwrap_or_default();
-        if cmdline.contains(&needle) || root.starts_with(dir) {
-            out.push(format!("{name}: {cmdline}"));
-        }
-    }
-    out
-}
-
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect()
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Stops and removes every pod; then nothing of them remains: no state, lease, process, mount.
-async fn remove_everything_and_check(served: &Served, dir: &Path) {
-    let rt = &served.rt;
-    for pod in sandboxes(rt).await {
-        rt.stop_pod_sandbox(api::StopPodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await
-        .expect("stop pod sandbox");
-        rt.remove_pod_sandbox(api::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.id,
-        })
-        .await
-        .expect("remove pod sandbox");
-    }
-    assert!(sandboxes(rt).await.is_empty());
-    assert!(containers(rt).await.is_empty());
-    let root = dir.join("root");
-    for sub in ["runtime/sandboxes", "runtime/containers", "images/leases"] {
-        assert_eq!(entries(&root.join(sub)), Vec::<String>::new(), "{sub}");
-    }
-    assert_eq!(mounts_under(&root), Vec::<String>::new());
-    // Killed processes may take a moment to leave /proc after their parent reaps them.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !processes_under(&root, served.pid).is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(processes_under(&root, served.pid), Vec::<String>::new());
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_while_starting_containers_restarts_consistent() {
@@ -387,17 +191,6 @@ async fn a_killed_shim_reports_the_container_exited_and_it_can_be_removed() {
     served.sigkill().await;
 }
 
-async fn status_of(rt: &RemoteRuntime, id: &str) -> Result<api::ContainerStatus, tonic::Status> {
-    Ok(rt
-        .container_status(api::ContainerStatusRequest {
-            container_id: id.to_string(),
-            verbose: false,
-        })
-        .await?
-        .status
-        .unwrap_or_default())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest() {
     const TEST: &str = "unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest";
@@ -490,21 +283,6 @@ async fn unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest()
     served.sigkill().await;
 }
 
-/// Fills the filesystem of `dir` to the last block with `<dir>/filler`.
-fn fill(dir: &Path) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
-    let chunk = vec![0x5au8; 1 << 16];
-    loop {
-        match f.write(&chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling {}: {e}", dir.display()),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_state_root_fails_creation_cleanly_and_it_succeeds_after_freeing_space() {
     const TEST: &str =
@@ -580,4 +358,99 @@ async fn a_full_state_root_fails_creation_cleanly_and_it_succeeds_after_freeing_
         api::ContainerState::ContainerRunning as i32
     );
     env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_killed_while_running_pods_restarts_consistent() {
+    const TEST: &str = "serve_killed_while_running_pods_restarts_consistent";
+    if !is_root() {
+        return skip(TEST, "root (real or mapped)");
+    }
+    let (dir, _guard) = test_dir();
+    let dir = dir.path();
+    let served = Served::start(dir, 1).await;
+    let names: Vec<String> = (0..4).map(|i| format!("pod{i}")).collect();
+    // Each pod is run and gets a container; the kill lands somewhere in the middle.
+    let mut tasks = Vec::new();
+    for name in &names {
+        let (rt, name, dir) = (served.rt.clone(), name.clone(), dir.to_path_buf());
+        tasks.push(tokio::spawn(async move {
+            let config = pod_config(&name, &dir.join("logs"));
+            let id = rt
+                .run_pod_sandbox(api::RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await?
+                .pod_sandbox_id;
+            create_and_start(&rt, &(id, config), "main").await
+        }));
+    }
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while sandboxes(&served.rt).await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no sandbox ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    served.sigkill().await;
+    for t in tasks {
+        let _ = t.await;
+    }
+
+    let served = Served::start(dir, 2).await;
+    let listed = sandboxes(&served.rt).await;
+    let mut seen = HashSet::new();
+    for pod in &listed {
+        let name = pod.metadata.as_ref().unwrap().name.clone();
+        assert!(seen.insert(name.clone()), "duplicated {name}: {listed:?}");
+        let status = served
+            .rt
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: pod.id.clone(),
+                verbose: false,
+            })
+            .await
+            .expect("pod sandbox status")
+            .status
+            .unwrap();
+        assert_eq!(status.state, pod.state, "{status:?}");
+        // A pod cut short before it was ready is stopped and removed, as a kubelet would.
+        if pod.state != api::PodSandboxState::SandboxReady as i32 {
+            served
+                .rt
+                .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                    pod_sandbox_id: pod.id.clone(),
+                })
+                .await
+                .expect("remove a not-ready pod");
+        }
+    }
+    for c in containers(&served.rt).await {
+        status_of(&served.rt, &c.id)
+            .await
+            .expect("container status");
+    }
+    // Every pod and container can be had again under its name.
+    let ready: Vec<api::PodSandbox> = sandboxes(&served.rt).await;
+    for name in &names {
+        let existing = ready
+            .iter()
+            .find(|p| p.metadata.as_ref().unwrap().name == *name);
+        let pod = match existing {
+            Some(p) => (p.id.clone(), pod_config(name, &dir.join("logs"))),
+            None => run_pod(&served.rt, dir, name).await,
+        };
+        let has_main = containers(&served.rt)
+            .await
+            .iter()
+            .any(|c| c.pod_sandbox_id == pod.0);
+        if !has_main {
+            create_and_start(&served.rt, &pod, "main")
+                .await
+                .unwrap_or_else(|e| panic!("{name} main: {e}\n{}", served.log_text()));
+        }
+    }
+    assert_eq!(sandboxes(&served.rt).await.len(), names.len());
+    assert_eq!(containers(&served.rt).await.len(), names.len());
+    remove_everything_and_check(&served, dir).await;
+    served.sigkill().await;
 }

@@ -22,6 +22,9 @@ impl ProcessRuntime {
             self.bad_record(bad, "sandbox").await;
         }
         for (path, record) in sandboxes {
+            if record.infra.is_none() {
+                stop_unrecorded_infra(&layout.sandbox_dir(&record.id));
+            }
             let infra_alive = record
                 .infra
                 .and_then(|p| open_pidfd(p.shim_pid, p.shim_start_time));
@@ -146,16 +149,7 @@ impl ProcessRuntime {
         } else {
             layout.container_dir(id)
         };
-        if let Ok(Some(started)) = jail::read_start_record(&dir) {
-            for (pid, start) in [
-                (started.pid, started.pid_start_time),
-                (started.shim_pid, started.shim_start_time),
-            ] {
-                if let Some(fd) = open_pidfd(pid, start) {
-                    let _ = signal(&fd, libc::SIGKILL);
-                }
-            }
-        }
+        kill_started(&dir);
         if sandbox {
             return self.teardown_sandbox_dir(&dir).await;
         }
@@ -206,4 +200,31 @@ fn adopt_interrupted_start(entry: &ContainerEntry, dir: &Path) -> Result<Contain
         });
     })?;
     Ok(entry.snapshot())
+}
+
+/// A RunPodSandbox cut short after the infra shim reported but before the record got its pid:
+/// the pod is not ready (its network may be half set up), so that infra is stopped and the
+/// pod reported NotReady for its owner to remove.
+fn stop_unrecorded_infra(dir: &Path) {
+    if kill_started(dir) {
+        tracing::info!(dir = %dir.display(), "stopped the infra of a RunPodSandbox cut short");
+    }
+}
+
+/// SIGKILLs the process and the shim a shim's start record in `dir` names, when they still
+/// live (pid and start time match); whether any did.
+fn kill_started(dir: &Path) -> bool {
+    let Ok(Some(started)) = jail::read_start_record(dir) else {
+        return false;
+    };
+    let mut killed = false;
+    for (pid, start) in [
+        (started.pid, started.pid_start_time),
+        (started.shim_pid, started.shim_start_time),
+    ] {
+        if let Some(fd) = open_pidfd(pid, start) {
+            killed |= signal(&fd, libc::SIGKILL).is_ok();
+        }
+    }
+    killed
 }
