@@ -196,3 +196,22 @@ fn a_full_image_root_fails_the_import_cleanly_and_it_succeeds_after_freeing_spac
     store.resolve("runp.test/noise:1").unwrap();
     store.resolve(BUSYBOX_TAG).unwrap();
 }
+
+#[test]
+fn a_layer_with_unreadable_metadata_is_replaced_by_the_next_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    store.import(&fixtures().join("busybox-oci")).unwrap();
+    let layers = store.resolve(BUSYBOX_TAG).unwrap().layers;
+    for diff_id in &layers {
+        let (tree, _) = store.layer_tree(diff_id).unwrap();
+        fs::write(tree.parent().unwrap().join("layer.json"), b"{\"trunc").unwrap();
+    }
+    drop(store);
+    let store = open_store(dir.path());
+    store.import(&fixtures().join("busybox-oci")).unwrap();
+    for diff_id in &layers {
+        let (tree, _) = store.layer_tree(diff_id).expect("the layer is whole again");
+        assert!(fs::read_dir(&tree).unwrap().next().is_some(), "{tree:?}");
+    }
+}
