@@ -1,10 +1,12 @@
 //! Host escapes through the sync loop on the real process runtime: the subPath symlink race
 //! (CVE-2017-1002101 class) as the attack runs it, one container swapping a directory of a
-//! shared emptyDir for a symlink to `/` while a second one mounting it with `subPath` restarts.
+//! shared emptyDir for a symlink to `/` while a second one mounting it with `subPath` restarts;
+//! private state modes; a container flooding its log.
 
 #[path = "support/agent.rs"]
 mod support;
 
+use runp::cri::RuntimeService;
 use std::time::{Duration, Instant};
 use support::{AgentEnv, wait_for};
 
@@ -167,6 +169,98 @@ spec:
         "400 /creds/password\n440 /creds/token",
         "{seen}"
     );
+    agent.stop().await;
+    env.cleanup().await;
+}
+
+/// Bytes of every file under `dir`, and how many files there are.
+fn usage(dir: &std::path::Path) -> (u64, usize) {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .fold((0, 0), |(bytes, files), e| {
+            (bytes + e.metadata().map_or(0, |m| m.len()), files + 1)
+        })
+}
+
+/// Whether a plain (not yet compressed) log file under `dir` holds `marker`.
+fn logged(dir: &std::path::Path, marker: &str) -> bool {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file() && !e.path().to_string_lossy().ends_with(".gz"))
+        .any(|e| {
+            use std::io::{Read, Seek, SeekFrom};
+            // The marker comes last: the tail of each file is enough.
+            let mut tail = Vec::new();
+            std::fs::File::open(e.path())
+                .and_then(|mut f| {
+                    f.seek(SeekFrom::End(-(f.metadata()?.len().min(1 << 16) as i64)))?;
+                    f.read_to_end(&mut tail)
+                })
+                .is_ok_and(|_| tail.windows(marker.len()).any(|w| w == marker.as_bytes()))
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_stays_bounded_by_rotation_and_the_agent_answers() {
+    let test = "a_log_flood_stays_bounded_by_rotation_and_the_agent_answers";
+    let Some(mut env) = AgentEnv::for_test(test).await else {
+        return;
+    };
+    // kubelet's containerLogMaxSize / containerLogMaxFiles, checked often.
+    env.config.container_log_max_size = 1 << 20;
+    env.config.container_log_max_files = 3;
+    env.config.timings.log_rotation = Duration::from_millis(200);
+    // 200 MB of 4 KiB lines as fast as the container can write them, then a marker.
+    const FLOOD: u64 = 200_000_000;
+    env.write(
+        "flood.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: flood, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "yes $(head -c 4096 /dev/zero | tr '\\0' x) | head -c {FLOOD}; echo flood-over; exec sleep 1000"]
+"#
+        ),
+    );
+    let agent = env.start();
+    let logs = env.config.log_root.join("pods");
+    let started = Instant::now();
+    let mut peak = 0;
+    while !logged(&logs, "flood-over") {
+        assert!(
+            started.elapsed() < support::HANG_GUARD,
+            "hang guard: the flood ends"
+        );
+        peak = peak.max(usage(&logs).0);
+        // The runtime answers while the flood runs.
+        env.rt
+            .list_containers(runp::cri::api::ListContainersRequest { filter: None })
+            .await
+            .expect("list containers during the flood");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("log flood: peak {peak} bytes on disk of {FLOOD} written");
+    // Rotation kept the logs far below what was written.
+    assert!(peak < FLOOD / 2, "peak {peak} bytes of logs");
+    wait_for("rotation down to the cap", || usage(&logs).1 <= 3).await;
+    // The agent still acts: the pod stops when its manifest goes.
+    env.remove("flood.yaml");
+    support::wait_for_async("the flood pod stopped", || async {
+        env.sandboxes("flood")
+            .await
+            .iter()
+            .all(|s| s.state != runp::cri::api::PodSandboxState::SandboxReady as i32)
+    })
+    .await;
     agent.stop().await;
     env.cleanup().await;
 }

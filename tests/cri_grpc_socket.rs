@@ -274,3 +274,111 @@ async fn loopback_tcp_serves_and_other_addresses_are_refused() {
         .expect_err("not loopback");
     assert!(matches!(err, ServeError::NotLoopback(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_socket_group_opens_the_socket_and_its_new_directory_to_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run/cri.sock");
+    // Our own group: any user may give its files to it.
+    let gid = nix::unistd::getegid().as_raw();
+    let (_listener, _guard) = runp::cri::socket::bind_unix_for(&path, Some(gid))
+        .await
+        .expect("bind with a socket group");
+    for (file, mode) in [(path.as_path(), 0o660), (path.parent().unwrap(), 0o710)] {
+        let meta = std::fs::symlink_metadata(file).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, mode, "{file:?}");
+        assert_eq!(meta.gid(), gid, "{file:?}");
+    }
+    assert_eq!(runp::cri::socket::resolve_group("4242").unwrap(), 4242);
+    assert_eq!(runp::cri::socket::resolve_group("root").unwrap(), 0);
+    assert!(matches!(
+        runp::cri::socket::resolve_group("no-such-group-of-runp"),
+        Err(SocketError::UnknownGroup(name)) if name == "no-such-group-of-runp"
+    ));
+    let tcp: CriEndpoint = "tcp://127.0.0.1:0".parse().unwrap();
+    assert!(matches!(
+        CriListener::bind_for(&tcp, Some(gid)).await,
+        Err(ServeError::GroupOnTcp(_))
+    ));
+}
+
+/// `runp health` against `endpoint` as uid/gid 65534, with or without `group` among its groups.
+fn health_as_nobody(endpoint: &str, group: Option<u32>) -> std::process::Output {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid", "65534", "--regid", "65534"]);
+    match group {
+        Some(gid) => cmd.arg(format!("--groups={gid}")),
+        None => cmd.arg("--clear-groups"),
+    };
+    cmd.arg(env!("CARGO_BIN_EXE_runp"))
+        .args(["health", "--timeout", "3", "--endpoint", endpoint])
+        .output()
+        .expect("run setpriv")
+}
+
+#[tokio::test]
+async fn runp_serve_with_a_socket_group_lets_its_members_in_and_no_one_else() {
+    let test = "runp_serve_with_a_socket_group_lets_its_members_in_and_no_one_else";
+    let real_root = nix::unistd::geteuid().is_root()
+        && std::fs::read_to_string("/proc/self/uid_map")
+            .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]);
+    if !real_root
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!(
+            "SKIP: {test}: needs real root and setpriv (util-linux) to connect as another user"
+        );
+        return;
+    }
+    const GID: u32 = 4242;
+    let dir = tempfile::Builder::new()
+        .prefix("rp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    // Others may traverse the test directory; the socket's own directory is runp's to make.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let socket = dir.path().join("sock/cri.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .args([
+            "serve",
+            "--network",
+            "loopback",
+            "--streaming-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--listen", &endpoint, "--socket-group", &GID.to_string()])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start runp serve");
+    let connected = RemoteRuntime::connect(&endpoint.parse().unwrap(), Default::default()).await;
+    let outcome = (|| {
+        connected.map_err(|e| format!("connect: {e}"))?;
+        let meta = std::fs::symlink_metadata(&socket).unwrap();
+        if (meta.permissions().mode() & 0o7777, meta.gid()) != (0o660, GID) {
+            return Err(format!("socket {meta:?}"));
+        }
+        let member = health_as_nobody(&endpoint, Some(GID));
+        if !member.status.success() {
+            return Err(format!("a member was refused: {member:?}"));
+        }
+        let other = health_as_nobody(&endpoint, None);
+        if other.status.success() {
+            return Err(format!("a non-member got in: {other:?}"));
+        }
+        Ok(())
+    })();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    if let Err(e) = outcome {
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+        panic!("{e}\n{log}");
+    }
+}

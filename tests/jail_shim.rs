@@ -147,18 +147,24 @@ fn no_fd_leaks_into_the_shim_or_the_container() {
         !shim_fds.contains(&marker),
         "leaked into the shim: {shim_fds:?}"
     );
-    // stdio, its logs, the container log, the output pipes, a signalfd, a pidfd and the attach
-    // socket's listener (and "/", which libcontainer's path-safe helpers keep open); the report
-    // pipe is closed.
-    let shim_log = run
-        .state_dir
-        .join(jail::SHIM_LOG_FILE)
-        .display()
-        .to_string();
+    // stdio, its logs, its state dir lock, the container log, the output pipes, a signalfd, a
+    // pidfd and the attach socket's listener (and "/", which libcontainer's path-safe helpers
+    // keep open); the report pipe is closed.
+    let state_file = |name: &str| run.state_dir.join(name).display().to_string();
+    let (shim_log, shim_lock) = (
+        state_file(jail::SHIM_LOG_FILE),
+        state_file(jail::SHIM_LOCK_FILE),
+    );
     let container_log = run.log_path.display().to_string();
     for target in &shim_fds {
-        let expected = [shim_log.as_str(), &container_log, "/dev/null", "/"]
-            .contains(&target.as_str())
+        let expected = [
+            shim_log.as_str(),
+            &shim_lock,
+            &container_log,
+            "/dev/null",
+            "/",
+        ]
+        .contains(&target.as_str())
             || target.starts_with("pipe:")
             || target.starts_with("socket:")
             || ["anon_inode:[pidfd]", "anon_inode:[signalfd]"].contains(&target.as_str());

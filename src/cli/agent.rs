@@ -54,6 +54,10 @@ pub struct AgentArgs {
     /// `none` to serve nothing).
     #[arg(long)]
     pub listen: Option<String>,
+    /// Group (name or gid) whose members may use the --listen socket: mode 0660 owned by it
+    /// (default 0600, owner only).
+    #[arg(long, value_name = "NAME|GID")]
+    pub socket_group: Option<String>,
     /// Node name (the Node registered with --kubeconfig; given to pods). Default: the
     /// hostname, lower-cased, as kubelet.
     #[arg(long, default_value_t = runp::kubelet::node::options::default_node_name())]
@@ -250,8 +254,9 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             let pair = (local.runtime.clone(), local.images.clone());
             if listen != "none" {
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let group = args.socket_group.clone();
                 let server = tokio::spawn(async move {
-                    local::serve(&listen, &local, async {
+                    local::serve(&listen, group.as_deref(), &local, async {
                         let _ = stopped.await;
                     })
                     .await

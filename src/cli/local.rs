@@ -131,17 +131,24 @@ pub async fn start(
 }
 
 /// Serves `local` over the CRI gRPC API on `listen` until `shutdown` completes.
+/// `socket_group` (`--socket-group`, a name or gid) opens the unix socket to that group.
 pub async fn serve(
     listen: &str,
+    socket_group: Option<&str>,
     local: &LocalRuntime,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let endpoint: CriEndpoint = listen
         .parse()
         .with_context(|| format!("--listen {listen:?}"))?;
-    tracing::info!(%endpoint, "serving the CRI");
-    runp::cri::server::serve(
+    let group = socket_group
+        .map(runp::cri::socket::resolve_group)
+        .transpose()
+        .context("--socket-group")?;
+    tracing::info!(%endpoint, ?group, "serving the CRI");
+    runp::cri::server::serve_for(
         &endpoint,
+        group,
         local.runtime.clone(),
         local.images.clone(),
         shutdown,

@@ -11,6 +11,10 @@ pub struct ServeArgs {
     /// CRI endpoint to listen on (unix:///path.sock, or tcp://127.0.0.1:PORT).
     #[arg(long, default_value = "unix:///run/runp/runp.sock")]
     pub listen: String,
+    /// Group (name or gid) whose members may use the CRI socket: mode 0660 owned by it
+    /// (default 0600, owner only).
+    #[arg(long, value_name = "NAME|GID")]
+    pub socket_group: Option<String>,
     /// IP reported for host-network pods (detected when omitted).
     #[arg(long)]
     pub node_ip: Option<IpAddr>,
@@ -34,7 +38,13 @@ pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCod
         &args.limits,
     )
     .await?;
-    local::serve(&args.listen, &local, local::termination_signal()).await?;
+    local::serve(
+        &args.listen,
+        args.socket_group.as_deref(),
+        &local,
+        local::termination_signal(),
+    )
+    .await?;
     // Pods keep running: their shims are independent of this process.
     tracing::info!("CRI server stopped; pods keep running");
     Ok(ExitCode::SUCCESS)

@@ -53,6 +53,8 @@ pub enum ServeError {
     },
     #[error("CRI gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("a socket group applies to unix sockets only, not {0}")]
+    GroupOnTcp(CriEndpoint),
 }
 
 /// Serves the CRI on the unix socket `path` until `shutdown` completes, then removes the socket.
@@ -73,7 +75,18 @@ pub async fn serve(
     images: Arc<dyn ImageService>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let listener = CriListener::bind(endpoint).await?;
+    serve_for(endpoint, None, runtime, images, shutdown).await
+}
+
+/// [`serve`] with the unix socket open to the members of `socket_group` (mode 0660).
+pub async fn serve_for(
+    endpoint: &CriEndpoint,
+    socket_group: Option<u32>,
+    runtime: Arc<dyn RuntimeService>,
+    images: Arc<dyn ImageService>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let listener = CriListener::bind_for(endpoint, socket_group).await?;
     listener.serve(runtime, images, shutdown).await
 }
 
@@ -94,10 +107,22 @@ enum ListenerKind {
 
 impl CriListener {
     pub async fn bind(endpoint: &CriEndpoint) -> Result<CriListener, ServeError> {
+        CriListener::bind_for(endpoint, None).await
+    }
+
+    /// [`CriListener::bind`]; a unix socket is open to the members of `socket_group`. A TCP
+    /// endpoint has no owner: a group there is refused rather than silently ignored.
+    pub async fn bind_for(
+        endpoint: &CriEndpoint,
+        socket_group: Option<u32>,
+    ) -> Result<CriListener, ServeError> {
         let kind = match endpoint {
             CriEndpoint::Unix(path) => {
-                let (listener, guard) = socket::bind_unix(path).await?;
+                let (listener, guard) = socket::bind_unix_for(path, socket_group).await?;
                 ListenerKind::Unix(listener, guard)
+            }
+            CriEndpoint::Tcp { .. } if socket_group.is_some() => {
+                return Err(ServeError::GroupOnTcp(endpoint.clone()));
             }
             CriEndpoint::Tcp { host, port } => {
                 let resolve_error = |source| ServeError::Resolve {

@@ -81,6 +81,48 @@ impl Records {
         }
     }
 
+    /// At open: a records file that does not parse (truncated, garbage, an entry edited by
+    /// hand) would fail every later operation. It is kept as `<file>.corrupt`, and the entries
+    /// that still parse are saved back; each loss is logged with the file's name.
+    pub fn repair(path: &Path) -> Result<(), ImageError> {
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(ImageError::io(format!("reading {}", path.display()), err)),
+        };
+        let err = match serde_json::from_slice::<RecordFile>(&bytes) {
+            Ok(_) => return Ok(()),
+            Err(err) => err,
+        };
+        #[derive(serde::Deserialize)]
+        struct Entries {
+            images: Vec<serde_json::Value>,
+        }
+        let mut kept = Records::default();
+        match serde_json::from_slice::<Entries>(&bytes) {
+            Ok(entries) => {
+                for (i, entry) in entries.images.into_iter().enumerate() {
+                    match serde_json::from_value::<ImageRecord>(entry) {
+                        Ok(record) => kept.images.push(record),
+                        Err(e) => tracing::error!(
+                            file = %path.display(),
+                            "dropping unreadable image record #{i}: {e}"
+                        ),
+                    }
+                }
+            }
+            Err(_) => tracing::error!(
+                file = %path.display(),
+                error = %err,
+                "unreadable image records: every image must be pulled or loaded again"
+            ),
+        }
+        let aside = path.with_extension("json.corrupt");
+        fs::rename(path, &aside).context(|| format!("moving {} aside", path.display()))?;
+        tracing::warn!(file = %aside.display(), kept = kept.images.len(), "kept the unreadable image records aside");
+        kept.save(path)
+    }
+
     pub fn save(&self, path: &Path) -> Result<(), ImageError> {
         let file = RecordFile {
             images: self.images.clone(),

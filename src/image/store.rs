@@ -163,6 +163,7 @@ impl ImageStore {
         // Garbage a crash or a deferred collection left behind (e.g. layers moved in by an
         // import that died before writing its records).
         let paths = &store.inner.paths;
+        Records::repair(&paths.records)?;
         store.collect_garbage(
             &Records::load(&paths.records)?,
             &lease::read_all(&paths.leases)?,

@@ -31,7 +31,7 @@ pub use namespaces::release_pod_namespaces;
 pub use netns::connect_in_netns;
 pub use proc::{
     exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
-    request_log_reopen,
+    read_start_record, request_log_reopen,
 };
 pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
 pub use shim::run_shim;
@@ -44,7 +44,10 @@ use std::path::{Path, PathBuf};
 /// File names inside a shim's state dir.
 pub const SHIM_SPEC_FILE: &str = "shim.json";
 pub const SHIM_LOG_FILE: &str = "shim.log";
+/// flock()ed by the shim for its whole life.
+pub const SHIM_LOCK_FILE: &str = "shim.lock";
 pub const EXIT_RECORD_FILE: &str = "exit.json";
+pub const START_RECORD_FILE: &str = "started.json";
 
 /// Written by the runtime to `<state_dir>/shim.json`; `runp shim <state_dir>` reads it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +119,17 @@ pub enum ShimReport {
     Failed {
         message: String,
     },
+}
+
+/// Written atomically by the shim to `<state_dir>/started.json` once its process runs, before it
+/// reports: a runtime killed before it received the report finds the process here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartRecord {
+    pub shim_pid: i32,
+    pub shim_start_time: u64,
+    pub pid: i32,
+    pub pid_start_time: u64,
+    pub started_at_ns: i64,
 }
 
 /// Written atomically by the shim to `<state_dir>/exit.json` after it reaped the process.

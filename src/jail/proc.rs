@@ -1,7 +1,7 @@
 //! Small process helpers the runtime needs next to the spawners: pid-reuse checks, wait-status
 //! decoding, signalling a shim, reading its exit record.
 
-use super::{EXIT_RECORD_FILE, ExitRecord, JailError};
+use super::{EXIT_RECORD_FILE, ExitRecord, JailError, START_RECORD_FILE, StartRecord};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::WaitStatus;
@@ -53,10 +53,18 @@ pub fn request_log_reopen(shim_pid: i32) -> Result<(), JailError> {
     }
 }
 
+/// The shim's `started.json`, or `None` when no process was started (yet).
+pub fn read_start_record(state_dir: &Path) -> Result<Option<StartRecord>, JailError> {
+    read_record(&state_dir.join(START_RECORD_FILE))
+}
+
 /// The shim's `exit.json`, or `None` while the process has not been reaped yet.
 pub fn read_exit_record(state_dir: &Path) -> Result<Option<ExitRecord>, JailError> {
-    let path = state_dir.join(EXIT_RECORD_FILE);
-    let bytes = match std::fs::read(&path) {
+    read_record(&state_dir.join(EXIT_RECORD_FILE))
+}
+
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, JailError> {
+    let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
         Err(err) => {

@@ -31,7 +31,7 @@ use cgroups::Cgroups;
 use clock::Clock;
 use events::Events;
 use state::{Index, Layout};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -90,6 +90,9 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     /// pidfds of running container processes: signals go through them (no pid-reuse kills).
     pub pidfds: Mutex<HashMap<String, Arc<OwnedFd>>>,
+    /// Sandboxes and containers whose records were unreadable at start: not listed, but
+    /// RemovePodSandbox/RemoveContainer of their ids clears what they left.
+    pub broken: Mutex<HashSet<String>>,
 }
 
 /// The CRI runtime. Dropping it stops its watchers; the pods keep running.
@@ -172,6 +175,7 @@ impl ProcessRuntime {
                 events: Events::default(),
                 clock: opts.clock.clone(),
                 pidfds: Mutex::new(HashMap::new()),
+                broken: Mutex::new(HashSet::new()),
             }),
             runp_exe: opts.runp_exe,
             images: opts.image_store,

@@ -3,13 +3,14 @@
 
 use crate::jail;
 use crate::runtime::ProcessRuntime;
-use crate::runtime::error::Result;
+use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::monitor::{apply_exit, watch_container, watch_infra};
-use crate::runtime::shim::open_pidfd;
+use crate::runtime::shim::{open_pidfd, signal};
 use crate::runtime::state::{
-    ContainerEntry, ContainerRecord, ContainerState, SandboxEntry, SandboxRecord, SandboxState,
-    container_name_key, load_records, lock, sandbox_name_key,
+    BadRecord, ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry,
+    SandboxRecord, SandboxState, container_name_key, load_records, lock, sandbox_name_key,
 };
+use std::path::Path;
 use std::sync::Arc;
 
 impl ProcessRuntime {
@@ -17,10 +18,13 @@ impl ProcessRuntime {
         let layout = &self.shared.layout;
         let (sandboxes, problems) =
             load_records::<SandboxRecord>(&layout.sandboxes(), "sandbox.json")?;
-        for p in problems {
-            tracing::warn!(problem = %p, "skipping an unreadable sandbox record");
+        for bad in problems {
+            self.bad_record(bad, "sandbox").await;
         }
         for (path, record) in sandboxes {
+            if record.infra.is_none() {
+                stop_unrecorded_infra(&layout.sandbox_dir(&record.id));
+            }
             let infra_alive = record
                 .infra
                 .and_then(|p| open_pidfd(p.shim_pid, p.shim_start_time));
@@ -45,13 +49,14 @@ impl ProcessRuntime {
 
         let (containers, problems) =
             load_records::<ContainerRecord>(&layout.containers(), "container.json")?;
-        for p in problems {
-            tracing::warn!(problem = %p, "skipping an unreadable container record");
+        for bad in problems {
+            self.bad_record(bad, "container").await;
         }
         let mut adopted = 0;
         for (path, record) in containers {
-            let entry = Arc::new(ContainerEntry::new(record.clone(), path));
             let dir = layout.container_dir(&record.id);
+            let entry = Arc::new(ContainerEntry::new(record.clone(), path));
+            let record = adopt_interrupted_start(&entry, &dir)?;
             if record.state == ContainerState::Running {
                 let shim = record
                     .process
@@ -97,4 +102,129 @@ impl ProcessRuntime {
         }
         Ok(())
     }
+}
+
+impl ProcessRuntime {
+    /// A directory without its record is what a RunPodSandbox/CreateContainer killed before
+    /// the record was written left (nothing runs for it yet): cleared now. An unreadable record
+    /// is reported by file and kept aside; removing its id clears it.
+    async fn bad_record(&self, bad: BadRecord, kind: &str) {
+        if bad.missing {
+            tracing::info!(id = %bad.id, file = %bad.path.display(), "clearing a {kind} whose creation was cut short");
+            if let Err(e) = self.clear_leftovers(&bad.id, kind == "sandbox").await {
+                tracing::warn!(id = %bad.id, error = %e, "cannot clear the {kind} leftovers");
+            }
+            return;
+        }
+        tracing::error!(
+            id = %bad.id,
+            file = %bad.path.display(),
+            error = %bad.message,
+            "unreadable {kind} record: skipped (not listed); removing the {kind} by its id clears it"
+        );
+        lock(&self.shared.broken).insert(bad.id);
+    }
+
+    /// Removal of an id whose record was unreadable: clears it if it is one.
+    pub(crate) async fn remove_broken(&self, id: &str, sandbox: bool) -> Result<()> {
+        if !lock(&self.shared.broken).contains(id) {
+            return Ok(());
+        }
+        if sandbox {
+            for container in self.shared.index.containers_of(id) {
+                self.remove_container_entry(&container).await?;
+            }
+        }
+        self.clear_leftovers(id, sandbox).await?;
+        lock(&self.shared.broken).remove(id);
+        tracing::info!(%id, "removed the state of an unreadable record");
+        Ok(())
+    }
+
+    /// Kills what the shim's start record names, then releases mounts, lease and directory.
+    async fn clear_leftovers(&self, id: &str, sandbox: bool) -> Result<()> {
+        let layout = &self.shared.layout;
+        let dir = if sandbox {
+            layout.sandbox_dir(id)
+        } else {
+            layout.container_dir(id)
+        };
+        kill_started(&dir);
+        if sandbox {
+            return self.teardown_sandbox_dir(&dir).await;
+        }
+        let (images, holder, lc_state) = (
+            self.images.clone(),
+            id.to_string(),
+            layout.libcontainer_root().join(id),
+        );
+        tokio::task::spawn_blocking(move || {
+            images.release_rootfs("", &holder, &dir)?;
+            let _ = std::fs::remove_dir_all(&lc_state);
+            std::fs::remove_dir_all(&dir).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(RuntimeError::io("removing", &dir)(e)),
+            })
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("container cleanup task: {e}")))?
+    }
+}
+
+/// A StartContainer cut short after the shim started the process but before its report was
+/// recorded leaves a Created record and a running (or since exited) process: the shim's start
+/// record makes it Running, so it is watched and stopped like any other, never started twice.
+fn adopt_interrupted_start(entry: &ContainerEntry, dir: &Path) -> Result<ContainerRecord> {
+    let record = entry.snapshot();
+    if record.state != ContainerState::Created {
+        return Ok(record);
+    }
+    let started = match jail::read_start_record(dir) {
+        Ok(Some(started)) => started,
+        Ok(None) => return Ok(record),
+        Err(e) => {
+            tracing::warn!(container = %record.id, error = %e, "unreadable start record");
+            return Ok(record);
+        }
+    };
+    tracing::info!(container = %record.id, pid = started.pid, "adopting a container whose start was interrupted");
+    entry.update(|r| {
+        r.state = ContainerState::Running;
+        r.started_at = started.started_at_ns;
+        r.process = Some(ProcessRecord {
+            shim_pid: started.shim_pid,
+            shim_start_time: started.shim_start_time,
+            pid: started.pid,
+            pid_start_time: started.pid_start_time,
+            started_at: started.started_at_ns,
+        });
+    })?;
+    Ok(entry.snapshot())
+}
+
+/// A RunPodSandbox cut short after the infra shim reported but before the record got its pid:
+/// the pod is not ready (its network may be half set up), so that infra is stopped and the
+/// pod reported NotReady for its owner to remove.
+fn stop_unrecorded_infra(dir: &Path) {
+    if kill_started(dir) {
+        tracing::info!(dir = %dir.display(), "stopped the infra of a RunPodSandbox cut short");
+    }
+}
+
+/// SIGKILLs the process and the shim a shim's start record in `dir` names, when they still
+/// live (pid and start time match); whether any did.
+fn kill_started(dir: &Path) -> bool {
+    let Ok(Some(started)) = jail::read_start_record(dir) else {
+        return false;
+    };
+    let mut killed = false;
+    for (pid, start) in [
+        (started.pid, started.pid_start_time),
+        (started.shim_pid, started.shim_start_time),
+    ] {
+        if let Some(fd) = open_pidfd(pid, start) {
+            killed |= signal(&fd, libc::SIGKILL).is_ok();
+        }
+    }
+    killed
 }

@@ -42,6 +42,7 @@ impl ProcessRuntime {
     pub(crate) async fn start_shim(&self, state_dir: &Path, spec: ShimSpec) -> Result<StartedShim> {
         // Not jail::write_shim_spec: that one fsyncs, and shim.json is read at once and never
         // again (see write_volatile).
+        self.wait_for_earlier_shim(state_dir).await?;
         write_volatile_json(&state_dir.join(jail::SHIM_SPEC_FILE), &spec)?;
         let spawned = jail::spawn_shim(&self.runp_exe, state_dir)?;
         let shim_pid = spawned.pid;
@@ -81,6 +82,35 @@ impl ProcessRuntime {
             }),
             Ok(ShimReport::Failed { message }) => Err(fail(message)),
             Err(e) => Err(fail(format!("no start report from the shim: {e}"))),
+        }
+    }
+}
+
+impl ProcessRuntime {
+    /// A shim that an earlier runtime started (it was killed during StartContainer) may still
+    /// be starting the same container: wait until it is gone (it stops its process when its
+    /// report finds nobody), so two shims never start one container.
+    async fn wait_for_earlier_shim(&self, state_dir: &Path) -> Result<()> {
+        let path = state_dir.join(jail::SHIM_LOCK_FILE);
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(RuntimeError::io("opening", &path)(e)),
+        };
+        let deadline = std::time::Instant::now() + self.shim_start_timeout;
+        loop {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(()),
+                Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(RuntimeError::Internal(format!(
+                        "an earlier shim still holds {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
         }
     }
 }

@@ -449,8 +449,18 @@ impl Index {
     }
 }
 
-/// Records read from disk (with their paths) and the problems met on the way.
-pub type Loaded<R> = (Vec<(PathBuf, R)>, Vec<String>);
+/// A `<dir>/<id>/` whose record could not be loaded.
+#[derive(Debug)]
+pub struct BadRecord {
+    pub id: String,
+    pub path: PathBuf,
+    /// No record at all: the operation that made the directory died before writing it.
+    pub missing: bool,
+    pub message: String,
+}
+
+/// Records read from disk (with their paths) and the ones that could not be.
+pub type Loaded<R> = (Vec<(PathBuf, R)>, Vec<BadRecord>);
 
 /// Reads every `<dir>/<id>/<file>` record; unreadable ones are reported, not fatal.
 pub fn load_records<R: serde::de::DeserializeOwned>(dir: &Path, file: &str) -> Result<Loaded<R>> {
@@ -467,12 +477,18 @@ pub fn load_records<R: serde::de::DeserializeOwned>(dir: &Path, file: &str) -> R
             continue;
         }
         let path = entry.path().join(file);
+        let bad = |missing, message: String| BadRecord {
+            id: name.clone(),
+            path: path.clone(),
+            missing,
+            message,
+        };
         match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<R>(&bytes) {
                 Ok(r) => records.push((path, r)),
-                Err(e) => problems.push(format!("{}: {e}", path.display())),
+                Err(e) => problems.push(bad(false, e.to_string())),
             },
-            Err(e) => problems.push(format!("{}: {e}", path.display())),
+            Err(e) => problems.push(bad(e.kind() == std::io::ErrorKind::NotFound, e.to_string())),
         }
     }
     Ok((records, problems))
@@ -599,6 +615,10 @@ mod tests {
         let (loaded, problems) = load_records::<SandboxRecord>(dir.path(), "sandbox.json").unwrap();
         assert!(loaded.is_empty());
         assert_eq!(problems.len(), 1);
+        assert_eq!(
+            (problems[0].id.as_str(), problems[0].missing),
+            (id.as_str(), false)
+        );
     }
 
     #[test]

@@ -228,6 +228,13 @@ pub(crate) fn commit(
         if read_info(&dest).is_some() {
             continue; // a concurrent import got there first
         }
+        if fs::symlink_metadata(&dest).is_ok() {
+            // A layer whose layer.json is unreadable (truncated, garbage) would block this
+            // rename forever: it goes out with the staging area, the fresh one takes its place.
+            tracing::warn!(layer = %dest.display(), "replacing a layer with unreadable metadata");
+            let aside = staging.dir().join(format!("damaged-{}", diff_id.hex()));
+            fs::rename(&dest, &aside).context(|| format!("moving aside {}", dest.display()))?;
+        }
         let staged = staging.layer_dir(diff_id.hex());
         fs::rename(&staged, &dest).context(|| format!("storing layer {}", dest.display()))?;
     }

@@ -17,15 +17,16 @@ use super::fds::{close_fds_above, take_inherited_fd};
 use super::infra::start_infra;
 use super::spawn::SHIM_REPORT_FD;
 use super::{
-    EXIT_RECORD_FILE, ExitRecord, JailError, SHIM_LOG_FILE, SHIM_SPEC_FILE, ShimProcess,
-    ShimReport, ShimSpec, exit_code_from_wait_status, now_unix_nanos, process_start_time,
+    EXIT_RECORD_FILE, ExitRecord, JailError, SHIM_LOCK_FILE, SHIM_LOG_FILE, SHIM_SPEC_FILE,
+    START_RECORD_FILE, ShimProcess, ShimReport, ShimSpec, StartRecord, exit_code_from_wait_status,
+    now_unix_nanos, process_start_time,
 };
 use logs::CriLog;
 use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use oom::OomCounter;
 use std::path::Path;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Entry point of `runp shim <state_dir>`; returns the process exit code. `init_logging` runs
 /// once inherited fds are sorted out (a logger opened before would have its fd closed).
@@ -69,6 +70,9 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
     // Do not pin whatever directory we were started in.
     nix::unistd::chdir("/").map_err(|err| JailError::sys("chdir /", err))?;
     let mut signals = setup_signals()?;
+    // Held until the shim exits: a runtime restarted mid-start waits on it before starting
+    // the container again (see `wait_for_earlier_shim`).
+    let _lock = lock_state_dir(&state_dir)?;
     let spec = read_spec(&state_dir)?;
     info!(id = %spec.id, "shim starting");
     let mut log = CriLog::open(spec.log_path.as_deref()).map_err(|err| {
@@ -134,17 +138,29 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
         }
     };
 
+    let (pid_start_time, started_at_ns) = (process_start_time(pid)?, now_unix_nanos());
+    write_start_record(&state_dir, pid, pid_start_time, started_at_ns);
     let started = ShimReport::Started {
         pid,
-        pid_start_time: process_start_time(pid)?,
-        started_at_ns: now_unix_nanos(),
+        pid_start_time,
+        started_at_ns,
         namespaces,
     };
-    if let Some(mut sender) = report.take() {
-        // The agent may be gone already; the process keeps running regardless.
-        if let Err(err) = sender.send(&started) {
-            info!(%err, "nobody received the start report");
+    if let Some(mut sender) = report.take()
+        && let Err(err) = sender.send(&started)
+    {
+        // The runtime died during the start: no record names this process and a restarted
+        // runtime may start the container again, so it must not run (nor its libcontainer
+        // state stay behind).
+        warn!(%err, "nobody received the start report; stopping the process");
+        let child = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(child, Some(nix::sys::wait::WaitPidFlag::__WALL));
+        if let Supervised::Container { container, .. } = &mut supervised {
+            container::delete_container(container);
         }
+        let _ = std::fs::remove_file(state_dir.join(START_RECORD_FILE));
+        return Err(JailError::Channel(err));
     }
     info!(pid, "process started");
 
@@ -198,4 +214,37 @@ fn setup_signals() -> Result<SignalFd, JailError> {
         .map_err(|err| JailError::sys("cannot block signals", err))?;
     SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|err| JailError::sys("signalfd", err))
+}
+
+/// Leaves `started.json` for a runtime that dies before our report reaches it (see
+/// [`StartRecord`]). Failing to write it only loses that safety net.
+fn write_start_record(state_dir: &Path, pid: i32, pid_start_time: u64, started_at_ns: i64) {
+    let shim_pid = std::process::id() as i32;
+    let record = StartRecord {
+        shim_pid,
+        shim_start_time: process_start_time(shim_pid).unwrap_or(0),
+        pid,
+        pid_start_time,
+        started_at_ns,
+    };
+    let path = state_dir.join(START_RECORD_FILE);
+    // Renamed into place (never read half-written) but not fsynced: after a power loss the
+    // process is gone anyway, and the fsync would delay every start.
+    let tmp = state_dir.join(format!(".{START_RECORD_FILE}.tmp"));
+    let written = serde_json::to_vec(&record)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(&tmp, bytes))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(err) = written {
+        warn!(%err, path = %path.display(), "cannot write the start record");
+    }
+}
+
+fn lock_state_dir(state_dir: &Path) -> Result<std::fs::File, JailError> {
+    let path = state_dir.join(SHIM_LOCK_FILE);
+    let file = std::fs::File::create(&path)
+        .map_err(|err| JailError::io(format!("cannot create {}", path.display()), err))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|err| JailError::io(format!("cannot lock {}", path.display()), err.into()))?;
+    Ok(file)
 }

@@ -11,7 +11,7 @@ impl ProcessRuntime {
     pub(crate) async fn remove_container_impl(&self, id: &str) -> Result<()> {
         let entry = match self.shared.index.container(id) {
             Ok(e) => e,
-            Err(RuntimeError::NotFound { .. }) => return Ok(()),
+            Err(RuntimeError::NotFound { .. }) => return self.remove_broken(id, false).await,
             Err(e) => return Err(e),
         };
         self.remove_container_entry(&entry).await

@@ -9,7 +9,7 @@ impl ProcessRuntime {
     pub(crate) async fn remove_pod_sandbox_impl(&self, id: &str) -> Result<()> {
         let entry = match self.shared.index.sandbox(id) {
             Ok(e) => e,
-            Err(RuntimeError::NotFound { .. }) => return Ok(()),
+            Err(RuntimeError::NotFound { .. }) => return self.remove_broken(id, true).await,
             Err(e) => return Err(e),
         };
         let _op = entry.op.lock().await;
