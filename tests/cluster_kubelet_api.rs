@@ -4,7 +4,8 @@
 //! authentication and authorization straight at the kubelet port: no credentials 401, a
 //! service-account token without RBAC 403 (naming the permission), with nodes/proxy 200, a
 //! cluster-CA client certificate 200, a client certificate of another CA refused;
-//! /stats/summary and /metrics/resource with the pod's figures. One control
+//! /stats/summary and /metrics/resource with the pod's figures; /metrics with the agent's
+//! (running pods and containers, CRI operations, pod start, PLEG relist). One control
 //! plane, one agent, one pod.
 
 #[path = "support/image.rs"]
@@ -498,6 +499,40 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
             "{prefix}\n{metrics}"
         );
     }
+    // /metrics: nodes/metrics, with the figures of what the agent did.
+    let (code, body) = curl(port, "/metrics", &["-H", &reader]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=metrics"), "{body}");
+    let (code, metrics) = curl(port, "/metrics", &admin);
+    assert_eq!(code, 200, "{metrics}");
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let value = line.and_then(|l| l.rsplit(' ').next()?.parse().ok());
+        value.unwrap_or_else(|| panic!("{name} in\n{metrics}"))
+    };
+    let running = cluster.kubectl_ok(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector=spec.nodeName=kapi-node,status.phase=Running",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        value("kubelet_running_pods"),
+        running.lines().count() as f64
+    );
+    assert_eq!(value("kubelet_running_pods"), 1.0);
+    assert_eq!(
+        value("kubelet_running_containers{container_state=\"running\"}"),
+        2.0
+    );
+    assert!(value("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"}") >= 1.0);
+    assert!(
+        value("kubelet_runtime_operations_duration_seconds_count{operation_type=\"exec\"}") >= 1.0
+    );
+    assert!(value("kubelet_pod_start_duration_seconds_count") >= 1.0);
+    assert!(value("kubelet_pleg_relist_duration_seconds_count") >= 1.0);
     let (cert, key) = foreign_client_cert(root);
     let (code, body) = curl(port, "/pods", &["--cert", &cert, "--key", &key]);
     assert_eq!(code, 0, "no HTTP answer with a foreign certificate: {body}");
