@@ -8,6 +8,8 @@
 #  * `kubectl exec POD -- true` round trip (API server -> kubelet port -> CRI streaming) vs
 #    `runp exec POD -- true` through the agent's CRI socket (ExecSync): median and p90 of
 #    EXEC_RUNS runs each.
+# The curl line separates the agent's share from the API server's and kubectl's: with a release
+# binary here the kubelet port served 100 MB in 0.30 s while kubectl logs took 2.2 s.
 # Usage: sudo scripts/bench-kubelet-api.sh
 #   LOG_MB (100) LOG_RUNS (3) EXEC_RUNS (20) TIMEOUT (300 s per wait) RUNP_K8S_DIR
 #   RUNP_BIN (default target/release/runp, built if missing; a debug binary works too and
