@@ -4,124 +4,28 @@
 //! authentication and authorization straight at the kubelet port: no credentials 401, a
 //! service-account token without RBAC 403 (naming the permission), with nodes/proxy 200, a
 //! cluster-CA client certificate 200, a client certificate of another CA refused;
-//! /stats/summary and /metrics/resource with the pod's figures. One control
+//! /stats/summary and /metrics/resource with the pod's figures; /metrics with the agent's
+//! (running pods and containers, CRI operations, pod start, PLEG relist). One control
 //! plane, one agent, one pod.
 
 #[path = "support/image.rs"]
 mod image;
 #[path = "support/k8s.rs"]
 mod k8s;
+#[path = "support/kapi.rs"]
+mod kapi;
 #[path = "support/runtime.rs"]
 mod runtime;
 
 use k8s::{Cluster, run_command};
+use kapi::{AgentProcess, Background, HANG_GUARD, free_port, wait_for};
 use runtime::{LeakGuard, is_root, skip};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
 const NODE: &str = "kapi-node";
-
-/// The agent as a child process, SIGKILLed if the test ends without stopping it.
-struct AgentProcess {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl AgentProcess {
-    fn spawn(root: &Path, kubeconfig: &Path, port: u16, ca: &str) -> AgentProcess {
-        let log = root.join("agent.log");
-        let ipam = Path::new(runtime::TEST_NET_DIR).join("ipam");
-        let stderr = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_runp"))
-            .arg("--root")
-            .arg(root)
-            .args(["agent", "--runtime", "process", "--node-name", NODE])
-            .args(["--node-ip", "127.0.0.1", "--address", "127.0.0.1"])
-            .args(["--kubelet-port", &port.to_string(), "--client-ca-file", ca])
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--pod-bridge", runtime::TEST_BRIDGE])
-            .args(["--pod-cidr", runtime::TEST_POD_CIDR])
-            .arg("--cni-data-dir")
-            .arg(ipam)
-            .args(["--log-level", "info,runp::kubelet::server=debug"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        AgentProcess {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM and a clean exit.
-    fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(started.elapsed() < HANG_GUARD, "the agent did not stop");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        assert!(status.success(), "agent exit {status}: {}", self.log());
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!("agent log:\n{}", self.log());
-        }
-    }
-}
-
-/// A child killed when dropped (kubectl logs -f, kubectl port-forward).
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(started.elapsed() < HANG_GUARD, "hang guard: {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 const POD: &str = r#"apiVersion: v1
 kind: Pod
@@ -265,7 +169,7 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
 
     let port = free_port();
     let kubeconfig = cluster.node_kubeconfig(NODE);
-    let agent = AgentProcess::spawn(root, &kubeconfig, port, cluster.var("K8S_CA"));
+    let agent = AgentProcess::spawn(root, NODE, &kubeconfig, port, cluster.var("K8S_CA"));
     cluster.apply(POD);
     wait_for("kapi Running", || {
         let out = cluster.kubectl(&["get", "pod", "kapi", "-o", "jsonpath={.status.phase}"]);
@@ -498,6 +402,40 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
             "{prefix}\n{metrics}"
         );
     }
+    // /metrics: nodes/metrics, with the figures of what the agent did.
+    let (code, body) = curl(port, "/metrics", &["-H", &reader]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=metrics"), "{body}");
+    let (code, metrics) = curl(port, "/metrics", &admin);
+    assert_eq!(code, 200, "{metrics}");
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let value = line.and_then(|l| l.rsplit(' ').next()?.parse().ok());
+        value.unwrap_or_else(|| panic!("{name} in\n{metrics}"))
+    };
+    let running = cluster.kubectl_ok(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector=spec.nodeName=kapi-node,status.phase=Running",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        value("kubelet_running_pods"),
+        running.lines().count() as f64
+    );
+    assert_eq!(value("kubelet_running_pods"), 1.0);
+    assert_eq!(
+        value("kubelet_running_containers{container_state=\"running\"}"),
+        2.0
+    );
+    assert!(value("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"}") >= 1.0);
+    assert!(
+        value("kubelet_runtime_operations_duration_seconds_count{operation_type=\"exec\"}") >= 1.0
+    );
+    assert!(value("kubelet_pod_start_duration_seconds_count") >= 1.0);
+    assert!(value("kubelet_pleg_relist_duration_seconds_count") >= 1.0);
     let (cert, key) = foreign_client_cert(root);
     let (code, body) = curl(port, "/pods", &["--cert", &cert, "--key", &key]);
     assert_eq!(code, 0, "no HTTP answer with a foreign certificate: {body}");

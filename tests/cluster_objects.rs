@@ -168,6 +168,7 @@ async fn referenced_objects_tokens_and_service_env_from_the_api() {
         )),
         clock: Arc::new(SystemClock),
         image_gc: ImageGcPolicy::default(),
+        metrics: Default::default(),
     });
     let handle = agent.handle();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

@@ -17,6 +17,7 @@ use runp::kubelet::clock::SystemClock;
 use runp::kubelet::config::AgentConfig;
 use runp::kubelet::environment::PodConfigEnvironment;
 use runp::kubelet::gc::images::ImageGcPolicy;
+use runp::kubelet::metrics::{InstrumentedImages, InstrumentedRuntime, KubeletMetrics};
 use runp::kubelet::node::{NodeAgent, NodeHandle, NodeOptions, RawNodeFlags};
 use runp::kubelet::objects::{ApiObjects, LayeredObjects};
 use runp::kubelet::podconfig::{ObjectSource, ObjectStore, VolumeManager};
@@ -177,6 +178,7 @@ async fn start_kubelet_api(
     api: &ApiClient,
     runtime: Arc<dyn RuntimeService>,
     agent: &Agent,
+    metrics: Arc<KubeletMetrics>,
 ) -> anyhow::Result<Option<runp::kubelet::server::KubeletServer>> {
     let node = super::kubelet_api::NodeIdentity {
         name: &args.node_name,
@@ -185,7 +187,7 @@ async fn start_kubelet_api(
         root: &global.root,
     };
     let pods = Arc::new(agent.handle());
-    super::kubelet_api::start(&args.cluster.api, node, api, runtime, pods).await
+    super::kubelet_api::start(&args.cluster.api, node, api, runtime, pods, metrics).await
 }
 
 /// Logs manifest problems (file and reason) once each.
@@ -266,6 +268,12 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             pair
         }
     };
+    // Every CRI call of the sync loop and the kubelet API is timed into /metrics.
+    let metrics = Arc::new(KubeletMetrics::new());
+    let runtime: Arc<dyn RuntimeService> =
+        Arc::new(InstrumentedRuntime::new(runtime, Arc::clone(&metrics)));
+    let images: Arc<dyn ImageService> =
+        Arc::new(InstrumentedImages::new(images, Arc::clone(&metrics)));
     let api = connect_cluster(&args.cluster).await?;
     let node = match (&api, node_options) {
         (Some(api), Some(opts)) => Some(start_node(api.clone(), opts, runtime.clone()).await?),
@@ -321,6 +329,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
             low_percent: args.image_gc_low_threshold,
             ..ImageGcPolicy::default()
         },
+        metrics: Arc::clone(&metrics),
     });
     if let Some(node_pods) = &node_pods {
         agent = node_pods.attach(agent);
@@ -349,7 +358,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
         }
     });
     let kubelet_api = match &api {
-        Some(api) => start_kubelet_api(global, &args, api, runtime, &agent).await?,
+        Some(api) => start_kubelet_api(global, &args, api, runtime, &agent, metrics).await?,
         None => None,
     };
     let shutdown = local::termination_signal();

@@ -61,6 +61,7 @@ pub async fn start(
     api: &ApiClient,
     runtime: Arc<dyn RuntimeService>,
     pods: Arc<dyn PodSource>,
+    metrics: Arc<runp::kubelet::metrics::KubeletMetrics>,
 ) -> anyhow::Result<Option<KubeletServer>> {
     if node.port == 0 {
         tracing::info!("--kubelet-port 0: no kubelet API");
@@ -107,6 +108,7 @@ pub async fn start(
     let context = Context {
         runtime,
         pods,
+        metrics,
         configz,
         node_name: node.name.to_string(),
         root: node.root.to_path_buf(),

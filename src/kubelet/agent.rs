@@ -17,6 +17,7 @@ use crate::kubelet::gc::images::{ImageGc, ImageGcPolicy};
 use crate::kubelet::gc::logs::rotate_all;
 use crate::kubelet::housekeeping::{self, Orphans};
 use crate::kubelet::labels;
+use crate::kubelet::metrics::KubeletMetrics;
 use crate::kubelet::pleg::{Pleg, PlegHealth};
 use crate::kubelet::podconfig::spec::resources::qos_class;
 use crate::kubelet::podconfig::{ObjectSource, PodEvent};
@@ -54,6 +55,8 @@ pub struct AgentParts {
     pub environment: Arc<dyn PodEnvironment>,
     pub clock: Arc<dyn Clock>,
     pub image_gc: ImageGcPolicy,
+    /// Where the sync loop records pod start latency and PLEG figures.
+    pub metrics: Arc<KubeletMetrics>,
 }
 
 /// A running view of the agent for callers (CLI status output, tests).
@@ -159,12 +162,14 @@ impl Agent {
             status: Arc::new(StatusManager::new(config.status_dir.clone())),
             clock: Arc::clone(&parts.clock),
             config: Arc::clone(&config),
+            metrics: Arc::clone(&parts.metrics),
         });
         let pleg = Arc::new(Pleg::new(
             parts.runtime,
             parts.clock,
             config.timings.pleg_relist,
             config.timings.pleg_unhealthy_after,
+            parts.metrics,
         ));
         Agent {
             workers: Arc::new(PodWorkers::new(Arc::clone(&deps))),

@@ -21,6 +21,7 @@ pub mod gc;
 pub mod housekeeping;
 pub mod kill;
 pub mod labels;
+pub mod metrics;
 pub mod node;
 pub mod objects;
 pub mod pleg;

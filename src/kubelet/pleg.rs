@@ -6,6 +6,7 @@
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::clock::Clock;
 use crate::kubelet::labels;
+use crate::kubelet::metrics::KubeletMetrics;
 use crate::kubelet::runtime_pod::RunState;
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -210,6 +211,7 @@ pub struct Pleg {
     relist_period: Duration,
     health: PlegHealth,
     last: Arc<Mutex<Snapshot>>,
+    metrics: Arc<KubeletMetrics>,
 }
 
 impl Pleg {
@@ -218,6 +220,7 @@ impl Pleg {
         clock: Arc<dyn Clock>,
         relist_period: Duration,
         unhealthy_after: Duration,
+        metrics: Arc<KubeletMetrics>,
     ) -> Self {
         let health = PlegHealth::new(clock.now(), unhealthy_after);
         Pleg {
@@ -226,6 +229,7 @@ impl Pleg {
             relist_period,
             health,
             last: Arc::new(Mutex::new(Snapshot::default())),
+            metrics,
         }
     }
 
@@ -235,7 +239,12 @@ impl Pleg {
 
     /// One relist: new snapshot, events for what changed.
     pub async fn relist(&self) -> crate::cri::CriResult<Vec<PlegEvent>> {
+        let started = std::time::Instant::now();
         let new = snapshot(self.runtime.as_ref()).await?;
+        self.metrics.observe_pleg_relist(started.elapsed());
+        let ready = new.sandboxes.values().filter(|(_, ready)| *ready).count();
+        self.metrics
+            .set_running(ready, new.containers.values().map(|(_, state)| state));
         let events = match self.last.lock() {
             Ok(mut last) => {
                 let events = diff(&last, &new);

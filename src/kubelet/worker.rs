@@ -37,6 +37,7 @@ pub struct SyncDeps {
     pub status: Arc<StatusManager>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<AgentConfig>,
+    pub metrics: Arc<crate::kubelet::metrics::KubeletMetrics>,
 }
 
 #[derive(Default)]
@@ -193,6 +194,8 @@ struct WorkerState {
     pull_backoff: Backoff,
     waiting: HashMap<String, Waiting>,
     previous: Option<PodStatus>,
+    /// When this worker first saw the pod; None once its start was recorded.
+    first_seen: Option<tokio::time::Instant>,
 }
 
 impl WorkerState {
@@ -205,6 +208,7 @@ impl WorkerState {
             restart_backoff: Backoff::new(timings.backoff_initial, timings.backoff_max),
             pull_backoff: Backoff::new(timings.backoff_initial, timings.backoff_max),
             waiting: HashMap::new(),
+            first_seen: Some(deps.clock.now()),
         }
     }
 }
@@ -378,12 +382,28 @@ async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> 
     if let Err(err) = deps.status.set(&state.pod, status.clone()) {
         tracing::warn!(pod = %uid, error = %err, "cannot write the pod status");
     }
+    if all_running(&status)
+        && let Some(seen) = state.first_seen.take()
+    {
+        let took = deps.clock.now().saturating_duration_since(seen);
+        deps.metrics.observe_pod_start(took);
+    }
     state.previous = Some(status);
     deps.probes.sync_pod(&state.pod, &rt_now);
     [actions.requeue_after(), state.pull_backoff.next_retry(now)]
         .into_iter()
         .flatten()
         .min()
+}
+
+/// kubelet's "started" for the pod start metric: Running, every container running.
+fn all_running(status: &PodStatus) -> bool {
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    status.phase.as_deref() == Some("Running")
+        && !containers.is_empty()
+        && containers
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
 }
 
 /// Kills and removes everything of a pod, then its volumes, directory, logs and status.

@@ -144,6 +144,7 @@ impl AgentEnv {
             )),
             clock: Arc::new(SystemClock),
             image_gc: ImageGcPolicy::default(),
+            metrics: Default::default(),
         });
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = tokio::spawn(async move {

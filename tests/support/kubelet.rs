@@ -161,6 +161,7 @@ impl Harness {
             },
             clock: self.clock.clone(),
             image_gc: ImageGcPolicy::default(),
+            metrics: Default::default(),
         })
         .with_pod_event_sink(self.pod_events.clone());
         let handle = agent.handle();

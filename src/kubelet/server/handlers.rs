@@ -29,6 +29,8 @@ impl PodSource for crate::kubelet::AgentHandle {
 pub struct Context {
     pub runtime: Arc<dyn RuntimeService>,
     pub pods: Arc<dyn PodSource>,
+    /// `/metrics`.
+    pub metrics: Arc<crate::kubelet::metrics::KubeletMetrics>,
     /// `/configz`'s `kubeletconfig`.
     pub configz: serde_json::Value,
     pub node_name: String,
@@ -79,6 +81,17 @@ pub async fn handle(
             "metadata": {},
             "items": ctx.pods.pods(),
         })),
+        Endpoint::Metrics => match ctx.metrics.render() {
+            Ok(body) => {
+                let mut response = Response::new(full(body));
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(crate::kubelet::metrics::CONTENT_TYPE),
+                );
+                response
+            }
+            Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        },
         Endpoint::Configz => json(&serde_json::json!({ "kubeletconfig": ctx.configz })),
         Endpoint::ContainerLogs => super::logs::serve(runtime, pod, &container, &query).await,
         Endpoint::Exec | Endpoint::Attach => {

@@ -16,6 +16,7 @@ pub enum Endpoint {
     Run,
     StatsSummary,
     MetricsResource,
+    Metrics,
 }
 
 /// `{name}` segments capture; the rest must be equal.
@@ -52,7 +53,7 @@ pub const ROUTES: &[Route] = &[
     (POST, "/run/{ns}/{pod}/{uid}/{container}", Endpoint::Run),
     (GET, "/stats/summary", Endpoint::StatsSummary),
     (GET, "/metrics/resource", Endpoint::MetricsResource),
-    // (GET, "/metrics", Endpoint::Metrics),
+    (GET, "/metrics", Endpoint::Metrics),
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,6 +142,7 @@ mod tests {
             found("GET", "/metrics/resource").0,
             Endpoint::MetricsResource
         );
+        assert_eq!(found("GET", "/metrics").0, Endpoint::Metrics);
     }
 
     #[test]
@@ -148,7 +150,8 @@ mod tests {
         let table = [
             ("GET", "/stats", Match::NotFound),
             ("POST", "/stats/summary", Match::MethodNotAllowed),
-            ("GET", "/metrics", Match::NotFound),
+            ("GET", "/metrics/cadvisor", Match::NotFound),
+            ("POST", "/metrics", Match::MethodNotAllowed),
             ("GET", "/containerLogs/ns/pod", Match::NotFound),
             ("GET", "/containerLogs//pod/c", Match::NotFound),
             ("GET", "/", Match::NotFound),
