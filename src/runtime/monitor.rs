@@ -179,7 +179,7 @@ mod tests {
             cgroups_path: None,
             user: Default::default(),
             resources: vec![],
-            labels: Default::default(),
+            listing: Default::default(),
         }
     }
 

@@ -79,32 +79,42 @@ pub(crate) fn labels_match(
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// Only the labels of a stored ContainerConfig (field 9) or PodSandboxConfig (field 6): a
-/// listing by label selector (the kubelet's per-pod `io.kubernetes.pod.uid=`) skips decoding
-/// the rest of every other pod's config.
+/// What ListContainers shows of a stored ContainerConfig: metadata (field 1), image (2), labels
+/// (9) and annotations (10); the rest (mounts, envs, ...) is not decoded for a listing.
 #[derive(Clone, PartialEq, prost::Message)]
-struct ContainerLabels {
+pub struct ContainerListing {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<api::ContainerMetadata>,
+    #[prost(message, optional, tag = "2")]
+    pub image: Option<api::ImageSpec>,
     #[prost(map = "string, string", tag = "9")]
-    labels: HashMap<String, String>,
+    pub labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "10")]
+    pub annotations: HashMap<String, String>,
 }
+
+/// What ListPodSandbox shows of a stored PodSandboxConfig: metadata (field 1), labels (6) and
+/// annotations (7).
 #[derive(Clone, PartialEq, prost::Message)]
-struct SandboxLabels {
+pub struct SandboxListing {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<api::PodSandboxMetadata>,
     #[prost(map = "string, string", tag = "6")]
-    labels: HashMap<String, String>,
+    pub labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "7")]
+    pub annotations: HashMap<String, String>,
 }
 
-/// The labels of a record's config, decoded at the first label-selected list: configs never
-/// change after creation, and decoding every record's labels at every selected list (each pod
-/// sync asks for its own pod's containers) was a third of the idle agent's CPU.
+/// A record's listing, decoded at its first list: configs never change after creation, and
+/// decoding every record at every list (the PLEG relists all of them each second, each pod
+/// sync selects its own by label) was most of the idle agent's CPU.
 #[derive(Clone, Debug, Default)]
-pub struct LabelsCache(std::sync::OnceLock<HashMap<String, String>>);
+pub struct ListingCache<T>(std::sync::OnceLock<T>);
 
-impl LabelsCache {
-    fn get(
-        &self,
-        decode_labels: impl FnOnce() -> HashMap<String, String>,
-    ) -> &HashMap<String, String> {
-        self.0.get_or_init(decode_labels)
+impl<T: prost::Message + Default> ListingCache<T> {
+    /// The listing of `config` (empty when it does not decode, which matches no selector).
+    fn get(&self, config: &[u8]) -> &T {
+        self.0.get_or_init(|| T::decode(config).unwrap_or_default())
     }
 }
 
@@ -159,7 +169,7 @@ pub struct SandboxRecord {
     pub cgroup_parent: Option<PathBuf>,
     pub shm_mounted: bool,
     #[serde(skip)]
-    pub labels: LabelsCache,
+    pub listing: ListingCache<SandboxListing>,
 }
 
 /// Records written before the CNI network existed describe loopback-only pods.
@@ -172,17 +182,13 @@ impl SandboxRecord {
         decode(&self.config, "sandbox config")
     }
     /// Whether the config's labels carry every pair of `selector` (an empty one matches
-    /// without decoding; otherwise only the labels are decoded, once per record).
+    /// without decoding; otherwise the record's listing is decoded, once).
     pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
-        selector.is_empty()
-            || labels_match(
-                selector,
-                self.labels.get(|| {
-                    decode::<SandboxLabels>(&self.config, "sandbox config")
-                        .map(|l| l.labels)
-                        .unwrap_or_default()
-                }),
-            )
+        selector.is_empty() || labels_match(selector, &self.listing().labels)
+    }
+    /// Metadata, labels and annotations of the config, decoded once.
+    pub fn listing(&self) -> &SandboxListing {
+        self.listing.get(&self.config)
     }
     pub fn metadata(&self) -> api::PodSandboxMetadata {
         self.config()
@@ -244,7 +250,7 @@ pub struct ContainerRecord {
     #[serde(with = "pb")]
     pub resources: Vec<u8>,
     #[serde(skip)]
-    pub labels: LabelsCache,
+    pub listing: ListingCache<ContainerListing>,
 }
 
 impl ContainerRecord {
@@ -252,17 +258,13 @@ impl ContainerRecord {
         decode(&self.config, "container config")
     }
     /// Whether the config's labels carry every pair of `selector` (an empty one matches
-    /// without decoding; otherwise only the labels are decoded, once per record).
+    /// without decoding; otherwise the record's listing is decoded, once).
     pub fn selected_by(&self, selector: &HashMap<String, String>) -> bool {
-        selector.is_empty()
-            || labels_match(
-                selector,
-                self.labels.get(|| {
-                    decode::<ContainerLabels>(&self.config, "container config")
-                        .map(|l| l.labels)
-                        .unwrap_or_default()
-                }),
-            )
+        selector.is_empty() || labels_match(selector, &self.listing().labels)
+    }
+    /// Metadata, image, labels and annotations of the config, decoded once.
+    pub fn listing(&self) -> &ContainerListing {
+        self.listing.get(&self.config)
     }
     pub fn resources(&self) -> Option<api::LinuxContainerResources> {
         if self.resources.is_empty() {
@@ -499,14 +501,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn labels_decode_alone_from_the_stored_configs() {
+    fn listings_decode_alone_from_the_stored_configs() {
         let labels: HashMap<String, String> =
             [("io.kubernetes.pod.uid".to_string(), "u1".to_string())].into();
+        let metadata = api::ContainerMetadata {
+            name: "c".into(),
+            attempt: 2,
+        };
+        let image = api::ImageSpec {
+            image: "busybox".into(),
+            ..Default::default()
+        };
         let container = api::ContainerConfig {
-            metadata: Some(api::ContainerMetadata {
-                name: "c".into(),
-                attempt: 2,
-            }),
+            metadata: Some(metadata.clone()),
+            image: Some(image.clone()),
             labels: labels.clone(),
             annotations: [("a".to_string(), "b".to_string())].into(),
             envs: vec![api::KeyValue {
@@ -515,16 +523,32 @@ mod tests {
             }],
             ..Default::default()
         };
-        let decoded = decode::<ContainerLabels>(&prost::Message::encode_to_vec(&container), "c");
-        assert_eq!(decoded.unwrap().labels, labels);
+        let decoded =
+            decode::<ContainerListing>(&prost::Message::encode_to_vec(&container), "c").unwrap();
+        assert_eq!(decoded.metadata, Some(metadata));
+        assert_eq!(decoded.image, Some(image));
+        assert_eq!(decoded.labels, labels);
+        assert_eq!(decoded.annotations, container.annotations);
         let sandbox = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                attempt: 1,
+            }),
             hostname: "h".into(),
             labels: labels.clone(),
             annotations: [("x".to_string(), "y".to_string())].into(),
             ..Default::default()
         };
-        let decoded = decode::<SandboxLabels>(&prost::Message::encode_to_vec(&sandbox), "s");
-        assert_eq!(decoded.unwrap().labels, labels);
+        let decoded =
+            decode::<SandboxListing>(&prost::Message::encode_to_vec(&sandbox), "s").unwrap();
+        assert_eq!(decoded.metadata, sandbox.metadata);
+        assert_eq!(decoded.labels, labels);
+        assert_eq!(decoded.annotations, sandbox.annotations);
+        // A config that does not decode lists as empty and matches no selector.
+        let cache = ListingCache::<SandboxListing>::default();
+        assert!(cache.get(b"\xff\xff\xff").labels.is_empty());
     }
 
     fn sample(dir: &Path) -> (PathBuf, SandboxRecord) {
@@ -556,7 +580,7 @@ mod tests {
             infra: None,
             cgroup_parent: None,
             shm_mounted: false,
-            labels: Default::default(),
+            listing: Default::default(),
         };
         let sdir = dir.join(&id);
         std::fs::create_dir_all(&sdir).unwrap();

@@ -277,7 +277,7 @@ impl ProcessRuntime {
                 additional_gids: built.user.additional_gids,
             },
             resources,
-            labels: Default::default(),
+            listing: Default::default(),
         };
         let entry = Arc::new(ContainerEntry::new(record, dir.join("container.json")));
         entry.persist()?;

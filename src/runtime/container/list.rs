@@ -1,8 +1,8 @@
 //! ListContainers.
 
-use super::status::container_status;
 use crate::cri::api;
 use crate::runtime::ProcessRuntime;
+use crate::runtime::state::ContainerRecord;
 
 impl ProcessRuntime {
     pub(crate) fn list_containers_impl(
@@ -24,7 +24,7 @@ impl ProcessRuntime {
                             .as_ref()
                             .is_none_or(|s| s.state == r.state.to_cri() as i32)
                         && r.selected_by(&filter.label_selector);
-                    wanted.then(|| container_status(r).into_container(&r.sandbox_id))
+                    wanted.then(|| listed_container(r))
                 })
             })
             .collect();
@@ -33,23 +33,22 @@ impl ProcessRuntime {
     }
 }
 
-trait IntoContainer {
-    fn into_container(self, sandbox_id: &str) -> api::Container;
-}
-
-impl IntoContainer for api::ContainerStatus {
-    fn into_container(self, sandbox_id: &str) -> api::Container {
-        api::Container {
-            id: self.id,
-            pod_sandbox_id: sandbox_id.to_string(),
-            metadata: self.metadata,
-            image: self.image,
-            image_ref: self.image_ref,
-            state: self.state,
-            created_at: self.created_at,
-            labels: self.labels,
-            annotations: self.annotations,
-            image_id: self.image_id,
-        }
+/// The listing of `r`: the fields ListContainers returns, from the record's cached listing
+/// (not a whole ContainerStatus: the PLEG lists every container each second).
+fn listed_container(r: &ContainerRecord) -> api::Container {
+    let listing = r.listing();
+    let mut image = listing.image.clone().unwrap_or_default();
+    image.image = r.image.clone();
+    api::Container {
+        id: r.id.clone(),
+        pod_sandbox_id: r.sandbox_id.clone(),
+        metadata: listing.metadata.clone(),
+        image: Some(image),
+        image_ref: r.image_id.clone(),
+        state: r.state.to_cri() as i32,
+        created_at: r.created_at,
+        labels: listing.labels.clone(),
+        annotations: listing.annotations.clone(),
+        image_id: r.image_id.clone(),
     }
 }

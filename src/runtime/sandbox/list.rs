@@ -14,14 +14,14 @@ fn matching_sandbox(filter: &api::PodSandboxFilter, r: &SandboxRecord) -> Option
     if !r.selected_by(&filter.label_selector) {
         return None;
     }
-    let config = r.config().ok()?;
+    let listing = r.listing();
     Some(api::PodSandbox {
         id: r.id.clone(),
-        metadata: config.metadata,
+        metadata: listing.metadata.clone(),
         state,
         created_at: r.created_at,
-        labels: config.labels,
-        annotations: config.annotations,
+        labels: listing.labels.clone(),
+        annotations: listing.annotations.clone(),
         runtime_handler: r.runtime_handler.clone(),
     })
 }

@@ -145,7 +145,7 @@ impl ProcessRuntime {
             infra: None,
             cgroup_parent: cgroup_parent.clone(),
             shm_mounted,
-            labels: Default::default(),
+            listing: Default::default(),
         };
         // Persist before starting anything, so a crash leaves a record to clean up.
         let entry = Arc::new(SandboxEntry::new(record, dir.join("sandbox.json")));
