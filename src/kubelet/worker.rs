@@ -277,7 +277,13 @@ async fn inspect(deps: &SyncDeps, pod: &Pod, uid: &str) -> Option<RuntimePod> {
 /// One sync; returns how soon the pod wants another one (a back-off ending).
 async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> {
     let uid = state.uid.clone();
-    let rt = inspect(deps, &state.pod, &uid).await?;
+    // A failed step (or runtime read) is retried as kubelet's pod workers retry a failed sync:
+    // after the back-off period, not at the next resync a minute later.
+    let retry_failed = deps.config.timings.backoff_initial;
+    let Some(rt) = inspect(deps, &state.pod, &uid).await else {
+        return Some(retry_failed);
+    };
+    let mut step_failed = false;
     let now = deps.clock.wall();
     let probes = deps.probes.results();
     let actions = compute_pod_actions(&state.pod, &rt, now, &state.restart_backoff, &probes);
@@ -336,6 +342,7 @@ async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> 
             let key = BackoffKey::new(&uid, &start.name, &image_of(&start.name));
             state.restart_backoff.record_retry(&key, failed_at, now);
         }
+        step_failed = results.iter().any(|r| r.error.is_some());
         for result in &results {
             match (&result.error, result.action) {
                 (Some(error), SyncAction::StartContainer) => {
@@ -390,10 +397,14 @@ async fn sync_pod(deps: &SyncDeps, state: &mut WorkerState) -> Option<Duration> 
     }
     state.previous = Some(status);
     deps.probes.sync_pod(&state.pod, &rt_now);
-    [actions.requeue_after(), state.pull_backoff.next_retry(now)]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        actions.requeue_after(),
+        state.pull_backoff.next_retry(now),
+        step_failed.then_some(retry_failed),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// kubelet's "started" for the pod start metric: Running, every container running.
