@@ -191,10 +191,7 @@ impl SandboxRecord {
         self.listing.get(&self.config)
     }
     pub fn metadata(&self) -> api::PodSandboxMetadata {
-        self.config()
-            .ok()
-            .and_then(|c| c.metadata)
-            .unwrap_or_default()
+        self.listing().metadata.clone().unwrap_or_default()
     }
 }
 
@@ -265,6 +262,12 @@ impl ContainerRecord {
     /// Metadata, image, labels and annotations of the config, decoded once.
     pub fn listing(&self) -> &ContainerListing {
         self.listing.get(&self.config)
+    }
+    /// The config's image spec, naming the image as the user wrote it.
+    pub fn image_spec(&self) -> api::ImageSpec {
+        let mut image = self.listing().image.clone().unwrap_or_default();
+        image.image = self.image.clone();
+        image
     }
     pub fn resources(&self) -> Option<api::LinuxContainerResources> {
         if self.resources.is_empty() {

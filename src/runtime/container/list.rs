@@ -37,13 +37,11 @@ impl ProcessRuntime {
 /// (not a whole ContainerStatus: the PLEG lists every container each second).
 fn listed_container(r: &ContainerRecord) -> api::Container {
     let listing = r.listing();
-    let mut image = listing.image.clone().unwrap_or_default();
-    image.image = r.image.clone();
     api::Container {
         id: r.id.clone(),
         pod_sandbox_id: r.sandbox_id.clone(),
         metadata: listing.metadata.clone(),
-        image: Some(image),
+        image: Some(r.image_spec()),
         image_ref: r.image_id.clone(),
         state: r.state.to_cri() as i32,
         created_at: r.created_at,

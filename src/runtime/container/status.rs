@@ -9,8 +9,6 @@ use std::collections::HashMap;
 /// The CRI status of a container record.
 pub(crate) fn container_status(record: &ContainerRecord) -> api::ContainerStatus {
     let config = record.config().unwrap_or_default();
-    let mut image = config.image.clone().unwrap_or_default();
-    image.image = record.image.clone();
     api::ContainerStatus {
         id: record.id.clone(),
         metadata: config.metadata.clone(),
@@ -19,7 +17,7 @@ pub(crate) fn container_status(record: &ContainerRecord) -> api::ContainerStatus
         started_at: record.started_at,
         finished_at: record.finished_at,
         exit_code: record.exit_code,
-        image: Some(image),
+        image: Some(record.image_spec()),
         image_ref: record.image_id.clone(),
         reason: record.reason.clone(),
         message: record.message.clone(),
