@@ -19,7 +19,7 @@ out="$(mktemp /tmp/runp-bench-agent.XXXXXX)"
 trap 'rm -f "$out"' EXIT
 cargo bench --bench agent_start -- --pods "$COUNTS" --runs "$RUNS" --idle-secs "$IDLE" \
   --fixtures "$PWD/rootfs-fixtures/build" | tee "$out"
-figure() { tr ' ' '\n' <"$out" | sed -n "s/^$1=//p" | head -n1; }
+figure() { bench_figure "$out" "$1"; }
 for n in ${COUNTS//,/ }; do
   bench_result "agent: $n pods to Running" "$(figure "AGENT_MS_$n")" "direct CRI in sequence" \
     "$(figure "DIRECT_SEQ_MS_$n")" ms "<= 1.1x"

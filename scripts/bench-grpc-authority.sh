@@ -10,6 +10,6 @@ CALLS="${1:-20000}"
 out="$(mktemp /tmp/runp-bench-authority.XXXXXX)"
 trap 'rm -f "$out"' EXIT
 cargo bench --bench grpc_authority -- --calls "$CALLS" | tee "$out"
-figure() { tr ' ' '\n' <"$out" | sed -n "s/^$1=//p" | head -n1; }
+figure() { bench_figure "$out" "$1"; }
 bench_result "unary CRI RPC with the :authority rewriter" "$(figure MEDIAN_US_WITH)" \
   "without it" "$(figure MEDIAN_US_WITHOUT)" "µs" ""

@@ -1,4 +1,5 @@
-# Sourced by the bench scripts. bench_result records one figure for scripts/bench-all.sh: a JSON
+# Sourced by the bench scripts. bench_figure FILE NAME prints the value of the first NAME=VALUE
+# word in FILE (a bench binary's machine-readable lines). bench_result records one figure for scripts/bench-all.sh: a JSON
 # line appended to $BENCH_RESULTS when that is set (nothing otherwise).
 #   bench_result MEASURE RUNP PEER_NAME PEER UNIT GOAL
 # RUNP and PEER are numbers in UNIT (PEER may be empty when there is no peer); GOAL is text such
@@ -15,3 +16,5 @@ print(json.dumps({"measure": measure, "runp": runp, "peer_name": peer_name, "pee
                   "unit": unit, "ratio": ratio, "goal": goal}))
 PY
 }
+
+bench_figure() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p" | head -n1; }
