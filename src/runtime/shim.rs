@@ -62,27 +62,65 @@ impl ProcessRuntime {
             .await
             .map_err(|e| RuntimeError::Internal(format!("shim report task: {e}")))?;
         let shim_log = state_dir.join(jail::SHIM_LOG_FILE);
-        let fail = |message: String| failure(shim_pidfd.as_ref().ok(), &shim_log, message);
-        match report {
+        let message = match report {
             Ok(ShimReport::Started {
                 pid,
                 pid_start_time,
                 started_at_ns,
                 namespaces,
-            }) => Ok(StartedShim {
-                shim_pidfd: shim_pidfd.map_err(|e| failure(None, &shim_log, e.to_string()))?,
-                process: ProcessRecord {
-                    shim_pid,
-                    shim_start_time,
-                    pid,
-                    pid_start_time,
-                    started_at: started_at_ns,
-                },
-                namespaces,
-            }),
-            Ok(ShimReport::Failed { message }) => Err(fail(message)),
-            Err(e) => Err(fail(format!("no start report from the shim: {e}"))),
+            }) => {
+                return Ok(StartedShim {
+                    shim_pidfd: shim_pidfd.map_err(|e| failure(None, &shim_log, e.to_string()))?,
+                    process: ProcessRecord {
+                        shim_pid,
+                        shim_start_time,
+                        pid,
+                        pid_start_time,
+                        started_at: started_at_ns,
+                    },
+                    namespaces,
+                });
+            }
+            // The shim undid its own start before reporting.
+            Ok(ShimReport::Failed { message }) => {
+                return Err(failure(shim_pidfd.as_ref().ok(), &shim_log, message));
+            }
+            Err(e) => format!("no start report from the shim: {e}"),
+        };
+        // Hung or dead without a word: whatever it started by now has no record anywhere.
+        let error = failure(shim_pidfd.as_ref().ok(), &shim_log, message);
+        if let Ok(fd) = shim_pidfd {
+            wait_for_exit(fd).await;
         }
+        let (dir, id) = (state_dir.to_path_buf(), spec.id.clone());
+        let killed = tokio::task::spawn_blocking(move || {
+            jail::kill_shim_leftovers(&dir, &spec.process, &id, shim_start_time)
+        })
+        .await
+        .unwrap_or_default();
+        if !killed.is_empty() {
+            tracing::warn!(state = %state_dir.display(), ?killed, "killed what an unreported shim had started");
+        }
+        Err(error)
+    }
+}
+
+/// Waits (at most 10 s: SIGKILL was sent) until the process behind `pidfd` has exited.
+async fn wait_for_exit(pidfd: OwnedFd) {
+    let waited = tokio::task::spawn_blocking(move || {
+        let mut fds = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        let timeout = rustix::event::Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&timeout))
+    })
+    .await;
+    if !matches!(waited, Ok(Ok(1))) {
+        tracing::warn!(?waited, "a killed shim did not exit");
     }
 }
 
