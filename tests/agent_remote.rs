@@ -3,97 +3,23 @@
 //! directory; then `runp pods`/`ps`/`logs`/`exec`, a manifest change, a removal, and an agent
 //! restart that adopts the running pod. Real time; every wait is a hang guard only.
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/image.rs"]
 mod image;
 #[path = "support/runtime.rs"]
 mod runtime;
 
+use daemon::{Daemon, HANG_GUARD, runp, stdout};
 use runp::cri::client::{RemoteOptions, RemoteRuntime};
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{RuntimeService, api};
 use runp::kubelet::labels;
 use runtime::{LeakGuard, is_root, skip};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// A child process killed (SIGKILL) if the test ends without stopping it.
-struct Daemon {
-    name: &'static str,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn spawn(name: &'static str, root: &Path, args: &[&str], log: PathBuf) -> Daemon {
-        let stderr = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_runp"))
-            .arg("--root")
-            .arg(root)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        Daemon {
-            name,
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then waits for a successful exit.
-    async fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(started.elapsed() < HANG_GUARD, "{} did not stop", self.name);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        assert!(
-            status.success(),
-            "{} exit {status}: {}",
-            self.name,
-            self.log()
-        );
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!("{} log:\n{}", self.name, self.log());
-        }
-    }
-}
-
-fn runp(root: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runp"))
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
 
 /// `runp ARGS` with `input` on its stdin.
 fn runp_with_stdin(root: &Path, args: &[&str], input: &[u8]) -> Output {
@@ -138,10 +64,6 @@ fn runp_on_terminal(root: &Path, args: &[&str], rows: u16, cols: u16) -> (String
     let mut printed = Vec::new();
     let _ = master.read_to_end(&mut printed);
     (String::from_utf8_lossy(&printed).into_owned(), code)
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
