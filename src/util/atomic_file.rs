@@ -13,19 +13,8 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 
 /// Atomically replaces `path` with `contents`, creating it with `mode`.
 pub fn write_atomic_with_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}.{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        rand::random::<u32>()
-    ));
+    let tmp = temporary_sibling(path)?;
+    let dir = tmp.parent().unwrap_or(Path::new("."));
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -41,6 +30,35 @@ pub fn write_atomic_with_mode(path: &Path, contents: &[u8], mode: u32) -> io::Re
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Replaces `path` with `contents` through a renamed temporary, without fsync: a reader (or a
+/// restarted process) sees the old or the new content, never a mix, but after a power loss the
+/// old content (or, on filesystems that do not flush data before a rename, an empty file) may
+/// be back. For state a power loss makes moot anyway.
+pub fn replace_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let tmp = temporary_sibling(path)?;
+    let result = fs::write(&tmp, contents).and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn temporary_sibling(path: &Path) -> io::Result<std::path::PathBuf> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    Ok(dir.join(format!(
+        ".{}.tmp.{}.{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        rand::random::<u32>()
+    )))
 }
 
 /// Serializes `value` as pretty JSON and writes it atomically.
@@ -65,6 +83,18 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+    }
+
+    #[test]
+    fn replace_without_fsync_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("state.json");
+        write_atomic(&target, b"one").unwrap();
+        replace_atomic(&target, b"two").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(replace_atomic(&dir.path().join("no/such"), b"x").is_err());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -71,7 +71,9 @@ impl ProcessRuntime {
                 tracing::debug!(container = %record.id, "container process already gone at start")
             }
         }
-        entry.update(|r| {
+        // Volatile: after a power loss the process is gone either way, and a record still
+        // Created is as good as one Running (its sandbox is NotReady, the pod gets a new one).
+        entry.update_volatile(|r| {
             r.state = ContainerState::Running;
             r.started_at = process.started_at;
             r.process = Some(process);

@@ -191,7 +191,7 @@ impl ProcessRuntime {
             })
             .unwrap_or_default();
         let infra = started.process;
-        let recorded = entry.update(|r| {
+        let recorded = entry.update_volatile(|r| {
             r.namespaces = namespaces;
             r.infra = Some(infra);
         });
@@ -212,7 +212,7 @@ impl ProcessRuntime {
             return Err(e);
         }
         // Ready unless the infra died meanwhile (its watcher has recorded that).
-        entry.update(|r| {
+        entry.update_volatile(|r| {
             if r.infra.is_some() {
                 r.state = SandboxState::Ready;
             }
@@ -233,7 +233,9 @@ impl ProcessRuntime {
             }
             let (result, ips) = self.network.add(&attachment).await?;
             attachment.result = Some(result);
-            entry.update(|r| {
+            // Volatile: CNI DEL after a power loss needs only the attachment persisted before
+            // ADD ran.
+            entry.update_volatile(|r| {
                 r.ip = ips.primary;
                 r.additional_ips = ips.additional;
                 r.network = Some(attachment);
