@@ -334,6 +334,10 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     if let Some(node_pods) = &node_pods {
         agent = node_pods.attach(agent);
     }
+    if std::process::id() == 1 {
+        // PID 1 of a container: its exit SIGKILLs every pod, so they are stopped first.
+        agent = agent.stopping_pods_on_shutdown();
+    }
     if let Some(node) = &node {
         agent = agent.with_admission(Arc::new(node.watch()));
     }
