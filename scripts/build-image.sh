@@ -72,7 +72,10 @@ done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
-"$stage/runp" config default >"$root/etc/runp/agent.yaml"
+# Container logs on their own volume.
+"$stage/runp" config default | sed 's|^# podLogsDir: /var/log/pods |podLogsDir: /var/log/pods   |' \
+  >"$root/etc/runp/agent.yaml"
+grep -q '^podLogsDir: /var/log/pods' "$root/etc/runp/agent.yaml"
 
 rm -rf "$out"
 mkdir -p "$out"

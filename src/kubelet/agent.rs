@@ -241,12 +241,20 @@ impl Agent {
             .map_err(|source| AgentError::Directory { path: pods, source })?;
         for path in [
             config.root_dir.join("var/pods"),
-            config.log_root.join("pods"),
+            config.pod_logs_dir.clone(),
             config.status_dir.clone(),
         ] {
             std::fs::create_dir_all(&path)
                 .map_err(|source| AgentError::Directory { path, source })?;
         }
+        // For `runp logs`, which knows only the root.
+        let record = config.pod_logs_dir_record();
+        std::fs::write(&record, config.pod_logs_dir.as_os_str().as_encoded_bytes()).map_err(
+            |source| AgentError::Directory {
+                path: record,
+                source,
+            },
+        )?;
         let version = self
             .deps
             .runtime

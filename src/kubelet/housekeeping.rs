@@ -161,7 +161,7 @@ pub async fn run_once(
             }
         }
     }
-    if let Ok(dir) = std::fs::read_dir(deps.config.log_root.join("pods")) {
+    if let Ok(dir) = std::fs::read_dir(&deps.config.pod_logs_dir) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some((_, uid)) = name.rsplit_once('_') else {
