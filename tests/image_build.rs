@@ -7,6 +7,9 @@ mod support;
 
 use support::*;
 
+#[path = "support/image.rs"]
+mod image_support;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_built_image_runs_the_agent_and_its_tools() {
     let test = "the_built_image_runs_the_agent_and_its_tools";
@@ -15,19 +18,7 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    // Before the runtime's reaper starts (Env below): std waits for this child itself.
-    let built = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"),
-    )
-    .arg(out.path())
-    .env("RUNP_BIN", env!("CARGO_BIN_EXE_runp"))
-    .output()
-    .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    image_support::build_runp_image(out.path());
     let env = Env::new().await;
     let records = env
         .images
