@@ -1,6 +1,7 @@
 //! scripts/build-image.sh makes an image that runs: imported into runp's own store, its
 //! entrypoint, command and volumes are the agent's, and in a runp container its runp, iptables
-//! and CNI plugins start (every shared library they load is in the image).
+//! (with its extension modules) and CNI plugins start (every shared library they load is in the
+//! image).
 
 #[path = "support/runtime.rs"]
 mod support;
@@ -56,6 +57,7 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
     let mut probe = shell(
         "tools",
         "runp --version; runp config default | grep -c maxPods; iptables --version; \
+         iptables -m comment --help >/dev/null && echo comment match loads; \
          /opt/cni/bin/bridge --version; /opt/cni/bin/portmap --version; echo end",
     );
     probe.image.as_mut().unwrap().image = name.clone();
@@ -70,6 +72,8 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
     for want in [
         &format!("runp {version}"),
         "iptables v",
+        // The bridge plugin's rules use it: the extension modules are where iptables looks.
+        "comment match loads",
         "CNI bridge plugin",
         "CNI portmap plugin",
         "end",
