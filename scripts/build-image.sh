@@ -57,7 +57,9 @@ with_libs "$xt" /usr/sbin/xtables-nft-multi
 for name in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
   ln -sf xtables-nft-multi "$root/usr/sbin/$name"
 done
-xtdir=$(dirname "$(ldd "$xt" | grep -o '/[^ ]*libxtables[^ ]*' | head -1)")/xtables
+# Where iptables was built to look for them (/usr/lib/...): on a merged-/usr host ldd names
+# /lib/..., a symlink there but a separate directory in the image.
+xtdir=$(realpath "$(dirname "$(ldd "$xt" | grep -o '/[^ ]*libxtables[^ ]*' | head -1)")")/xtables
 if [ -d "$xtdir" ]; then
   mkdir -p "$root$xtdir"
   for mod in "$xtdir"/*.so; do with_libs "$mod" "$mod"; done
@@ -70,7 +72,10 @@ done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
-"$stage/runp" config default >"$root/etc/runp/agent.yaml"
+# Container logs on their own volume.
+"$stage/runp" config default | sed 's|^# podLogsDir: /var/log/pods |podLogsDir: /var/log/pods   |' \
+  >"$root/etc/runp/agent.yaml"
+grep -q '^podLogsDir: /var/log/pods' "$root/etc/runp/agent.yaml"
 
 rm -rf "$out"
 mkdir -p "$out"

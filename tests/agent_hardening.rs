@@ -232,7 +232,7 @@ spec:
         ),
     );
     let agent = env.start();
-    let logs = env.config.log_root.join("pods");
+    let logs = env.config.pod_logs_dir.clone();
     let started = Instant::now();
     let mut peak = 0;
     while !logged(&logs, "flood-over") {

@@ -1,11 +1,15 @@
 //! scripts/build-image.sh makes an image that runs: imported into runp's own store, its
 //! entrypoint, command and volumes are the agent's, and in a runp container its runp, iptables
-//! and CNI plugins start (every shared library they load is in the image).
+//! (with its extension modules) and CNI plugins start (every shared library they load is in the
+//! image).
 
 #[path = "support/runtime.rs"]
 mod support;
 
 use support::*;
+
+#[path = "support/image.rs"]
+mod image_support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_built_image_runs_the_agent_and_its_tools() {
@@ -15,19 +19,7 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    // Before the runtime's reaper starts (Env below): std waits for this child itself.
-    let built = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"),
-    )
-    .arg(out.path())
-    .env("RUNP_BIN", env!("CARGO_BIN_EXE_runp"))
-    .output()
-    .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    image_support::build_runp_image(out.path());
     let env = Env::new().await;
     let records = env
         .images
@@ -65,6 +57,7 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
     let mut probe = shell(
         "tools",
         "runp --version; runp config default | grep -c maxPods; iptables --version; \
+         iptables -m comment --help >/dev/null && echo comment match loads; \
          /opt/cni/bin/bridge --version; /opt/cni/bin/portmap --version; echo end",
     );
     probe.image.as_mut().unwrap().image = name.clone();
@@ -79,6 +72,8 @@ async fn the_built_image_runs_the_agent_and_its_tools() {
     for want in [
         &format!("runp {version}"),
         "iptables v",
+        // The bridge plugin's rules use it: the extension modules are where iptables looks.
+        "comment match loads",
         "CNI bridge plugin",
         "CNI portmap plugin",
         "end",

@@ -81,6 +81,10 @@ pub struct AgentArgs {
     /// Log files kept per container, the live one included.
     #[arg(long, default_value_t = 5)]
     pub container_log_max_files: usize,
+    /// Directory of the containers' logs, `<dir>/<namespace>_<pod>_<uid>/<container>/N.log`
+    /// (kubelet's podLogsDir). Default: <root>/var/log/pods.
+    #[arg(long)]
+    pub pod_logs_dir: Option<PathBuf>,
     /// Image GC starts above this disk usage (percent).
     #[arg(long, default_value_t = 85)]
     pub image_gc_high_threshold: u8,
@@ -123,6 +127,9 @@ impl AgentArgs {
         config.registry_auth_secret = self.registry_auth_secret.clone();
         config.container_log_max_size = self.container_log_max_size;
         config.container_log_max_files = self.container_log_max_files;
+        if let Some(dir) = &self.pod_logs_dir {
+            config.pod_logs_dir = dir.clone();
+        }
         config
     }
 
@@ -333,6 +340,10 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     });
     if let Some(node_pods) = &node_pods {
         agent = node_pods.attach(agent);
+    }
+    if std::process::id() == 1 {
+        // PID 1 of a container: its exit SIGKILLs every pod, so they are stopped first.
+        agent = agent.stopping_pods_on_shutdown();
     }
     if let Some(node) = &node {
         agent = agent.with_admission(Arc::new(node.watch()));

@@ -27,6 +27,7 @@ pub struct ConfigFile {
     pub cluster_domain: Option<String>,
     pub container_log_max_size: Option<String>,
     pub container_log_max_files: Option<u32>,
+    pub pod_logs_dir: Option<PathBuf>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: Option<u8>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -115,6 +116,7 @@ clusterDomain: cluster.local        # --cluster-domain
 podPidsLimit: -1                    # --pod-max-pids: pids.max of each pod cgroup; -1 unlimited
 containerLogMaxSize: 512Mi          # --container-log-max-size: rotate above this size
 containerLogMaxFiles: 5             # --container-log-max-files, the live one included
+# podLogsDir: /var/log/pods         # --pod-logs-dir (default <root>/var/log/pods)
 imageGCHighThresholdPercent: 85     # --image-gc-high-threshold
 imageGCLowThresholdPercent: 80      # --image-gc-low-threshold
 
@@ -205,6 +207,7 @@ impl ConfigFile {
             "--container-log-max-files",
             self.container_log_max_files.map(|v| v.to_string()),
         );
+        one("--pod-logs-dir", show(&self.pod_logs_dir));
         one(
             "--image-gc-high-threshold",
             self.image_gc_high_threshold_percent.map(|v| v.to_string()),
@@ -395,6 +398,11 @@ mod tests {
             Some(vec![(512u64 << 20).to_string()])
         );
         assert_eq!(get("--pod-max-pids"), None, "-1 is unlimited");
+        assert_eq!(
+            get("--pod-logs-dir"),
+            None,
+            "commented: <root>/var/log/pods"
+        );
         assert_eq!(get("--kubelet-port"), Some(vec!["10250".to_string()]));
         assert_eq!(get("--cluster-dns"), None);
         assert_eq!(get("--anonymous-auth"), Some(vec!["false".to_string()]));
@@ -436,7 +444,7 @@ mod tests {
             &path,
             "maxPods: 20\nclusterDNS: [10.0.0.10, 10.0.0.11]\nnodeLabels: {zone: a}\n\
              registerWithTaints: [{key: dedicated, value: gpu, effect: NoSchedule}]\n\
-             staticPodPath: /etc/runp/manifests\n",
+             staticPodPath: /etc/runp/manifests\npodLogsDir: /logs\n",
         )
         .unwrap();
         let line = format!(
@@ -450,7 +458,7 @@ mod tests {
             .collect();
         assert_eq!(
             got.join(" "),
-            "runp --root /r agent --manifests /etc/runp/manifests \
+            "runp --root /r agent --manifests /etc/runp/manifests --pod-logs-dir /logs \
              --node-labels zone=a --register-with-taints dedicated=gpu:NoSchedule \
              --max-pods 30 --cluster-dns=10.9.9.9"
         );

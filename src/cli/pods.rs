@@ -45,7 +45,7 @@ pub struct LogsArgs {
 }
 
 pub(super) fn config(global: &GlobalOpts) -> AgentConfig {
-    AgentConfig::with_root(&global.root)
+    AgentConfig::recorded(&global.root)
 }
 
 /// Every pod with a status file, sorted by namespace and name.

@@ -3,7 +3,7 @@
 //!
 //! Restart-safe by construction: a pod's sync compares its spec with what the runtime reports,
 //! so containers that a previous agent started (same spec hash) are adopted, not restarted.
-//! Shutdown stops the agent's tasks only; pods keep running.
+//! Shutdown stops the agent's tasks only; pods keep running (unless `stopping_pods_on_shutdown`).
 
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::admission::NodeFactsSource;
@@ -101,6 +101,7 @@ pub struct Agent {
     sources_ready: Option<SourcesReady>,
     admission: Option<AdmissionGate>,
     pod_events: Arc<crate::kubelet::events::PodEvents>,
+    stop_pods_on_shutdown: bool,
 }
 
 /// Whether the pod sources have reported every pod they have (the API source once its first
@@ -182,7 +183,16 @@ impl Agent {
             sources_ready: None,
             admission: None,
             pod_events,
+            stop_pods_on_shutdown: false,
         }
+    }
+
+    /// At shutdown, stop every pod (containers within their grace periods, then sandboxes)
+    /// before returning: for an agent whose exit kills the pods anyway (PID 1 of a container,
+    /// whose exit SIGKILLs its PID namespace), as kubelet's graceful node shutdown does.
+    pub fn stopping_pods_on_shutdown(mut self) -> Agent {
+        self.stop_pods_on_shutdown = true;
+        self
     }
 
     /// New pods are admitted against the node `node` describes (kubelet's generalPredicates);
@@ -231,12 +241,20 @@ impl Agent {
             .map_err(|source| AgentError::Directory { path: pods, source })?;
         for path in [
             config.root_dir.join("var/pods"),
-            config.log_root.join("pods"),
+            config.pod_logs_dir.clone(),
             config.status_dir.clone(),
         ] {
             std::fs::create_dir_all(&path)
                 .map_err(|source| AgentError::Directory { path, source })?;
         }
+        // For `runp logs`, which knows only the root.
+        let record = config.pod_logs_dir_record();
+        std::fs::write(&record, config.pod_logs_dir.as_os_str().as_encoded_bytes()).map_err(
+            |source| AgentError::Directory {
+                path: record,
+                source,
+            },
+        )?;
         let version = self
             .deps
             .runtime
@@ -363,7 +381,11 @@ impl Agent {
                 }
             }
         }
-        tracing::info!("agent stopping; pods keep running");
+        if self.stop_pods_on_shutdown {
+            tracing::info!("agent stopping; stopping every pod first");
+        } else {
+            tracing::info!("agent stopping; pods keep running");
+        }
         pleg_task.abort();
         for job in [
             &mut housekeeping_job,
@@ -374,6 +396,10 @@ impl Agent {
             job.abort();
         }
         self.workers.shutdown();
+        if self.stop_pods_on_shutdown {
+            // After the workers: none restarts a container being stopped.
+            housekeeping::stop_all(&deps).await;
+        }
         deps.status.flush();
         Ok(())
     }

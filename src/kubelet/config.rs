@@ -15,8 +15,9 @@ pub struct AgentConfig {
     pub node_ip: IpAddr,
     /// Root of pod data: `<root_dir>/var/pods/<uid>/{volumes,containers/<name>}`.
     pub root_dir: PathBuf,
-    /// Root of container stdout logs: `<log_root>/pods/<ns>_<pod>_<uid>/<container>/<restart>.log`.
-    pub log_root: PathBuf,
+    /// Container stdout logs: `<pod_logs_dir>/<ns>_<pod>_<uid>/<container>/<restart>.log`
+    /// (kubelet's podLogsDir).
+    pub pod_logs_dir: PathBuf,
     /// Where pod status files are written (`<status_dir>/<ns>_<name>.yaml`).
     pub status_dir: PathBuf,
     /// Shared storage dir bind-mounted into every container at the same path (`<root>/var/storage`).
@@ -47,7 +48,7 @@ impl AgentConfig {
             node_name: "runp-node".to_string(),
             node_ip: IpAddr::from([127, 0, 0, 1]),
             root_dir: root.clone(),
-            log_root: root.join("var/log"),
+            pod_logs_dir: root.join("var/log/pods"),
             status_dir: root.join("var/status"),
             storage_dir: Some(root.join("var/storage")),
             cluster_dns: Vec::new(),
@@ -59,6 +60,21 @@ impl AgentConfig {
             container_log_max_files: 5,
             timings: Timings::default(),
         }
+    }
+
+    /// Where the agent records its `pod_logs_dir` (`<root>/var/pod-logs-dir`).
+    pub fn pod_logs_dir_record(&self) -> PathBuf {
+        self.root_dir.join("var/pod-logs-dir")
+    }
+
+    /// The configuration of the agent that ran on this root, as far as the files under the
+    /// root tell: its `pod_logs_dir`, when it recorded one.
+    pub fn recorded(root: impl Into<PathBuf>) -> Self {
+        let mut config = AgentConfig::with_root(root);
+        if let Ok(dir) = std::fs::read_to_string(config.pod_logs_dir_record()) {
+            config.pod_logs_dir = PathBuf::from(dir);
+        }
+        config
     }
 
     /// `<root>/var/pods/<uid>`

@@ -93,6 +93,33 @@ async fn terminate_orphan(deps: Arc<SyncDeps>, uid: String, log_dir: Option<Path
     }
 }
 
+/// Stops every pod the runtime runs, all at once (each container within its recorded grace
+/// period, then the sandbox), keeping their records so that a restarted agent starts them again.
+pub async fn stop_all(deps: &SyncDeps) {
+    let pods = match runtime_pods(deps).await {
+        Ok(pods) => pods,
+        Err(status) => {
+            tracing::warn!(error = %status, "cannot list the pods to stop");
+            return;
+        }
+    };
+    let stops = pods.into_keys().map(|uid| async move {
+        match inspect_pod(deps.runtime.as_ref(), &uid).await {
+            Ok(rt) => {
+                let results = deps.executor.kill_pod(None, &rt, None).await;
+                let failed: Vec<_> = results.iter().filter_map(|r| r.error.as_ref()).collect();
+                if failed.is_empty() {
+                    tracing::info!(pod = %uid, "pod stopped");
+                } else {
+                    tracing::warn!(pod = %uid, errors = ?failed, "cannot stop the pod");
+                }
+            }
+            Err(status) => tracing::warn!(pod = %uid, error = %status, "cannot inspect the pod"),
+        }
+    });
+    futures::future::join_all(stops).await;
+}
+
 /// One housekeeping pass. `sources_ready` says whether every source reported its pods.
 pub async fn run_once(
     deps: &Arc<SyncDeps>,
@@ -134,7 +161,7 @@ pub async fn run_once(
             }
         }
     }
-    if let Ok(dir) = std::fs::read_dir(deps.config.log_root.join("pods")) {
+    if let Ok(dir) = std::fs::read_dir(&deps.config.pod_logs_dir) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some((_, uid)) = name.rsplit_once('_') else {

@@ -541,3 +541,18 @@ pub fn import_fixture(store: &ImageStore, name: &str) -> runp::image::ImageRecor
     assert_eq!(records.len(), 1, "{name} holds one image");
     records.remove(0)
 }
+
+/// Runs scripts/build-image.sh into `out` with the tests' runp binary: `out/oci` (tag
+/// VERSION) and `out/runp-image.tar`. Before any reaper starts: std waits for this child.
+pub fn build_runp_image(out: &Path) {
+    let built = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+        .arg(out)
+        .env("RUNP_BIN", env!("CARGO_BIN_EXE_runp"))
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}

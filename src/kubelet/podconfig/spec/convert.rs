@@ -54,11 +54,10 @@ fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
         .collect()
 }
 
-/// `<log_root>/pods/<namespace>_<name>_<uid>`
+/// `<pod_logs_dir>/<namespace>_<name>_<uid>`
 pub fn pod_log_directory(config: &AgentConfig, namespace: &str, name: &str, uid: &str) -> String {
     let dir = config
-        .log_root
-        .join("pods")
+        .pod_logs_dir
         .join(format!("{namespace}_{name}_{uid}"));
     dir.to_string_lossy().into_owned()
 }
