@@ -5,8 +5,9 @@
 //! service-account token without RBAC 403 (naming the permission), with nodes/proxy 200, a
 //! cluster-CA client certificate 200, a client certificate of another CA refused;
 //! /stats/summary and /metrics/resource with the pod's figures; /metrics with the agent's
-//! (running pods and containers, CRI operations, pod start, PLEG relist); then the load steps
-//! of [`load`] (100 log followers, a large rotating log). One control plane, one agent.
+//! (running pods and containers, CRI operations, pod start, PLEG relist); the serving
+//! certificate through a CSR ([`serving_cert`]); then the load steps of [`load`] (100 log
+//! followers, a large rotating log). One control plane, one agent.
 
 #[path = "support/image.rs"]
 mod image;
@@ -18,6 +19,8 @@ mod kapi;
 mod load;
 #[path = "support/runtime.rs"]
 mod runtime;
+#[path = "cluster_kubelet_api/serving_cert.rs"]
+mod serving_cert;
 
 use k8s::{Cluster, run_command};
 use kapi::{AgentProcess, Background, HANG_GUARD, free_port, wait_for};
@@ -172,7 +175,9 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
     let port = free_port();
     let kubeconfig = cluster.node_kubeconfig(NODE);
     let ca = cluster.var("K8S_CA");
-    let agent = AgentProcess::spawn_with(root, NODE, &kubeconfig, port, ca, &load::ROTATION_FLAGS);
+    let mut flags = load::ROTATION_FLAGS.to_vec();
+    flags.push(serving_cert::FLAG);
+    let agent = AgentProcess::spawn_with(root, NODE, &kubeconfig, port, ca, &flags);
     cluster.apply(POD);
     wait_for("kapi Running", || {
         let out = cluster.kubectl(&["get", "pod", "kapi", "-o", "jsonpath={.status.phase}"]);
@@ -428,6 +433,8 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
     let (cert, key) = foreign_client_cert(root);
     let (code, body) = curl(port, "/pods", &["--cert", &cert, "--key", &key]);
     assert_eq!(code, 0, "no HTTP answer with a foreign certificate: {body}");
+
+    serving_cert::issued_through_a_csr(&cluster, NODE, port, &admin);
 
     // The load pod comes last: the figures above count the first pod only.
     cluster.apply(&load::pod());

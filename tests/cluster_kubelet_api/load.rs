@@ -14,10 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-/// Agent flags for the rotation: small files, checked often.
+/// Agent flags for the rotation: small files (48 MiB: a follower falls behind by a whole
+/// file before it misses one), checked often.
 pub const ROTATION_FLAGS: [&str; 6] = [
     "--container-log-max-size",
-    "33554432",
+    "50331648",
     "--container-log-max-files",
     "4",
     "--container-log-monitor-interval",
@@ -273,7 +274,7 @@ pub fn large_rotated_log(
     let live = dir.join("0.log");
     wait_for("the live log below the rotation size", || {
         let size = std::fs::metadata(&live).map(|m| m.len()).unwrap_or(0);
-        (size <= 32 * MIB).then_some(())
+        (size <= 48 * MIB).then_some(())
     });
     cluster.kubectl_ok(&[
         "exec",
