@@ -33,7 +33,13 @@ pub struct KubeletApiArgs {
     pub authorization_mode: AuthorizationMode,
     /// Request the serving certificate from the cluster (a CertificateSigningRequest for the
     /// kubernetes.io/kubelet-serving signer, to be approved) and renew it before it expires.
-    #[arg(long, conflicts_with = "tls_cert_file")]
+    #[arg(
+        long,
+        conflicts_with = "tls_cert_file",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = false
+    )]
     pub rotate_server_certificates: bool,
 }
 
