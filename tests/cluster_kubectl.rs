@@ -225,8 +225,7 @@ fn kubectl_logs_previous_since_exec_tty_attach_and_cp() {
         "kubectl cp from the pod changed the bytes"
     );
 
-    // --previous: the log of the container's first life, after its restart (last: the
-    // steps above run during the restart's back-off).
+    // --previous: the log of the container's first life, after its restart.
     wait_for("the restarter's second life", || {
         let out = cluster.kubectl(&["logs", "kctl", "-c", "restarter"]);
         (String::from_utf8_lossy(&out.stdout) == "second life\n").then_some(())

@@ -5,8 +5,9 @@
 //! service-account token without RBAC 403 (naming the permission), with nodes/proxy 200, a
 //! cluster-CA client certificate 200, a client certificate of another CA refused;
 //! /stats/summary and /metrics/resource with the pod's figures; /metrics with the agent's
-//! (running pods and containers, CRI operations, pod start, PLEG relist). One control
-//! plane, one agent, one pod.
+//! (running pods and containers, CRI operations, pod start, PLEG relist); the serving
+//! certificate through a CSR ([`serving_cert`]); then the load steps of [`load`] (100 log
+//! followers, a large rotating log). One control plane, one agent.
 
 #[path = "support/image.rs"]
 mod image;
@@ -14,8 +15,12 @@ mod image;
 mod k8s;
 #[path = "support/kapi.rs"]
 mod kapi;
+#[path = "cluster_kubelet_api/load.rs"]
+mod load;
 #[path = "support/runtime.rs"]
 mod runtime;
+#[path = "cluster_kubelet_api/serving_cert.rs"]
+mod serving_cert;
 
 use k8s::{Cluster, run_command};
 use kapi::{AgentProcess, Background, HANG_GUARD, free_port, wait_for};
@@ -169,7 +174,10 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
 
     let port = free_port();
     let kubeconfig = cluster.node_kubeconfig(NODE);
-    let agent = AgentProcess::spawn(root, NODE, &kubeconfig, port, cluster.var("K8S_CA"));
+    let ca = cluster.var("K8S_CA");
+    let mut flags = load::ROTATION_FLAGS.to_vec();
+    flags.push(serving_cert::FLAG);
+    let agent = AgentProcess::spawn_with(root, NODE, &kubeconfig, port, ca, &flags);
     cluster.apply(POD);
     wait_for("kapi Running", || {
         let out = cluster.kubectl(&["get", "pod", "kapi", "-o", "jsonpath={.status.phase}"]);
@@ -200,29 +208,15 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
     );
 
     // kubectl logs -f: the old lines, then one written after the stream started.
-    let mut follow = Background(
-        Command::new(cluster.var("KUBECTL"))
-            .arg(format!(
-                "--kubeconfig={}",
-                cluster.admin_kubeconfig().display()
-            ))
-            .args(["logs", "-f", "kapi", "-c", "logger"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut follow = load::kubectl_follow(&cluster, &["kapi", "-c", "logger"]);
     let (lines_tx, lines) = mpsc::channel();
-    let stdout = follow.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next = || lines.recv_timeout(HANG_GUARD).expect("a followed log line");
+    load::forward_lines(&mut follow.0, 0, lines_tx);
+    let next = || {
+        lines
+            .recv_timeout(HANG_GUARD)
+            .expect("a followed log line")
+            .1
+    };
     assert_eq!([next(), next(), next()], ["one", "two", "three"]);
     cluster.kubectl_ok(&["exec", "kapi", "-c", "logger", "--", "touch", "/tmp/go"]);
     assert_eq!(next(), "later", "a line written while following");
@@ -440,12 +434,25 @@ fn kubectl_logs_exec_port_forward_and_kubelet_authorization() {
     let (code, body) = curl(port, "/pods", &["--cert", &cert, "--key", &key]);
     assert_eq!(code, 0, "no HTTP answer with a foreign certificate: {body}");
 
-    // Clean up through the agent.
-    cluster.kubectl_ok(&["delete", "pod", "kapi", "--grace-period=1", "--wait=false"]);
-    wait_for("kapi gone", || {
-        let out = cluster.kubectl(&["get", "pod", "kapi"]);
-        (!out.status.success()).then_some(())
+    serving_cert::issued_through_a_csr(&cluster, NODE, port, &admin);
+
+    // The load pod comes last: the figures above count the first pod only.
+    cluster.apply(&load::pod());
+    wait_for("kapi-load Running", || {
+        let out = cluster.kubectl(&["get", "pod", "kapi-load", "-o", "jsonpath={.status.phase}"]);
+        (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
     });
+    load::many_followers(&cluster, port, &agent, &admin);
+    load::large_rotated_log(&cluster, port, &agent, root, &admin);
+
+    // Clean up through the agent.
+    for pod in ["kapi", "kapi-load"] {
+        cluster.kubectl_ok(&["delete", "pod", pod, "--grace-period=1", "--wait=false"]);
+        wait_for("the pods gone", || {
+            let out = cluster.kubectl(&["get", "pod", pod]);
+            (!out.status.success()).then_some(())
+        });
+    }
     agent.stop();
     drop(guard);
 }

@@ -85,6 +85,10 @@ pub struct AgentArgs {
     /// (kubelet's podLogsDir). Default: <root>/var/log/pods.
     #[arg(long)]
     pub pod_logs_dir: Option<PathBuf>,
+    /// How often container logs are checked for rotation (kubelet's
+    /// containerLogMonitorInterval): `10s`, `500ms`, `1m`.
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    pub container_log_monitor_interval: Duration,
     /// Image GC starts above this disk usage (percent).
     #[arg(long, default_value_t = 85)]
     pub image_gc_high_threshold: u8,
@@ -106,6 +110,27 @@ pub struct AgentArgs {
     // Joining a cluster as a node.
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// `500ms`, `10s`, `1m` (a Go duration of one unit); at least 1 ms, as a zero interval would spin.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|at| text.split_at(at))
+        .ok_or_else(|| format!("{text:?}: a unit is needed (ms, s, m)"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number then ms, s or m"))?;
+    let interval = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m)")),
+    };
+    if interval.is_zero() {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    Ok(interval)
 }
 
 /// The runtime behind the sync loop.
@@ -130,6 +155,7 @@ impl AgentArgs {
         if let Some(dir) = &self.pod_logs_dir {
             config.pod_logs_dir = dir.clone();
         }
+        config.timings.log_rotation = self.container_log_monitor_interval;
         config
     }
 
@@ -398,4 +424,25 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
     }
     result.context("running the agent")?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_intervals_parse_like_go_durations() {
+        let table = [
+            ("10s", Ok(Duration::from_secs(10))),
+            ("200ms", Ok(Duration::from_millis(200))),
+            ("2m", Ok(Duration::from_secs(120))),
+            ("0s", Err(())),
+            ("10", Err(())),
+            ("s", Err(())),
+            ("5h", Err(())),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_interval(text).map_err(|_| ()), want, "{text}");
+        }
+    }
 }

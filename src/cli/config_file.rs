@@ -28,6 +28,7 @@ pub struct ConfigFile {
     pub container_log_max_size: Option<String>,
     pub container_log_max_files: Option<u32>,
     pub pod_logs_dir: Option<PathBuf>,
+    pub container_log_monitor_interval: Option<String>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: Option<u8>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -40,6 +41,8 @@ pub struct ConfigFile {
     pub address: Option<IpAddr>,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: Option<bool>,
     pub authentication: Option<Authentication>,
     pub authorization: Option<Authorization>,
     // runp's own settings (flags of the same name).
@@ -117,6 +120,7 @@ podPidsLimit: -1                    # --pod-max-pids: pids.max of each pod cgrou
 containerLogMaxSize: 512Mi          # --container-log-max-size: rotate above this size
 containerLogMaxFiles: 5             # --container-log-max-files, the live one included
 # podLogsDir: /var/log/pods         # --pod-logs-dir (default <root>/var/log/pods)
+containerLogMonitorInterval: 10s    # --container-log-monitor-interval: rotation checks
 imageGCHighThresholdPercent: 85     # --image-gc-high-threshold
 imageGCLowThresholdPercent: 80      # --image-gc-low-threshold
 
@@ -148,6 +152,7 @@ port: 10250                         # --kubelet-port: the kubelet API (0: none)
 address: 0.0.0.0                    # --address
 # tlsCertFile: /etc/runp/pki/kubelet.crt                    # --tls-cert-file (default: self-signed)
 # tlsPrivateKeyFile: /etc/runp/pki/kubelet.key              # --tls-private-key-file
+serverTLSBootstrap: false           # --rotate-server-certificates: serving certificate by CSR
 authentication:
   # x509: {clientCAFile: /etc/runp/pki/ca.crt}              # --client-ca-file
   anonymous: {enabled: false}       # --anonymous-auth
@@ -209,6 +214,10 @@ impl ConfigFile {
         );
         one("--pod-logs-dir", show(&self.pod_logs_dir));
         one(
+            "--container-log-monitor-interval",
+            self.container_log_monitor_interval.clone(),
+        );
+        one(
             "--image-gc-high-threshold",
             self.image_gc_high_threshold_percent.map(|v| v.to_string()),
         );
@@ -226,6 +235,13 @@ impl ConfigFile {
         one("--address", self.address.map(|v| v.to_string()));
         one("--tls-cert-file", show(&self.tls_cert_file));
         one("--tls-private-key-file", show(&self.tls_private_key_file));
+        // Only when on: the flag conflicts with --tls-cert-file even as `false`.
+        one(
+            "--rotate-server-certificates",
+            self.server_tls_bootstrap
+                .filter(|on| *on)
+                .map(|on| on.to_string()),
+        );
         let authn = self.authentication.as_ref();
         one(
             "--client-ca-file",
@@ -406,6 +422,18 @@ mod tests {
         assert_eq!(get("--kubelet-port"), Some(vec!["10250".to_string()]));
         assert_eq!(get("--cluster-dns"), None);
         assert_eq!(get("--anonymous-auth"), Some(vec!["false".to_string()]));
+        assert_eq!(
+            get("--container-log-monitor-interval"),
+            Some(vec!["10s".to_string()])
+        );
+        assert_eq!(get("--rotate-server-certificates"), None, "off");
+        let on = ConfigFile::parse("serverTLSBootstrap: true\n")
+            .unwrap()
+            .flags();
+        assert_eq!(
+            on,
+            vec![("--rotate-server-certificates", vec!["true".to_string()])]
+        );
         assert_eq!(
             get("--authorization-mode"),
             Some(vec!["Webhook".to_string()])

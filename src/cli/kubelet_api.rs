@@ -5,7 +5,7 @@ use clap::Args;
 use runp::cri::RuntimeService;
 use runp::kubelet::apiclient::ApiClient;
 use runp::kubelet::server::{
-    ApiReviews, Auth, AuthorizationMode, Context, KubeletServer, PodSource, tls,
+    ApiReviews, Auth, AuthorizationMode, Context, KubeletServer, PodSource, csr, tls,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -31,6 +31,16 @@ pub struct KubeletApiArgs {
     /// `Webhook` (SubjectAccessReview per request) or `AlwaysAllow`.
     #[arg(long, default_value = "Webhook")]
     pub authorization_mode: AuthorizationMode,
+    /// Request the serving certificate from the cluster (a CertificateSigningRequest for the
+    /// kubernetes.io/kubelet-serving signer, to be approved) and renew it before it expires.
+    #[arg(
+        long,
+        conflicts_with = "tls_cert_file",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = false
+    )]
+    pub rotate_server_certificates: bool,
 }
 
 impl Default for KubeletApiArgs {
@@ -42,6 +52,7 @@ impl Default for KubeletApiArgs {
             client_ca_file: None,
             anonymous_auth: false,
             authorization_mode: AuthorizationMode::Webhook,
+            rotate_server_certificates: false,
         }
     }
 }
@@ -82,8 +93,13 @@ pub async fn start(
         &names,
     )
     .context("the kubelet API's serving certificate")?;
-    let config = tls::server_config(identity, args.client_ca_file.as_deref())
+    let served = tls::ServingCert::new(identity).context("the kubelet API's TLS")?;
+    let config = tls::server_config(served.clone(), args.client_ca_file.as_deref())
         .context("the kubelet API's TLS")?;
+    if args.rotate_server_certificates {
+        // Runs as long as the agent; the server serves whatever it last installed.
+        csr::spawn_rotation(api.client.clone(), node.name.to_string(), names, served);
+    }
     let reviews = Arc::new(ApiReviews {
         client: api.client.clone(),
     });
@@ -95,6 +111,7 @@ pub async fn start(
         "port": node.port,
         "tlsCertFile": args.tls_cert_file,
         "tlsPrivateKeyFile": args.tls_private_key_file,
+        "serverTLSBootstrap": args.rotate_server_certificates,
         "authentication": {
             "x509": {"clientCAFile": args.client_ca_file},
             "webhook": {"enabled": true, "cacheTTL": "2m0s"},

@@ -134,8 +134,20 @@ struct Case {
     want: PodActions,
 }
 
+fn table() -> Backoff {
+    Backoff::new(Duration::from_secs(10), Duration::from_secs(300))
+}
+
+fn key(name: &str) -> BackoffKey {
+    BackoffKey::new(UID, name, &format!("img-{name}"))
+}
+
+/// Every container was restarted once at 50 s: an exit at 100 s waits the initial 10 s.
 fn check(cases: Vec<Case>) {
-    let backoff = Backoff::new(Duration::from_secs(10), Duration::from_secs(300));
+    let mut backoff = table();
+    for name in ["a", "b", "i1", "i2"] {
+        backoff.record_retry(&key(name), at(50), at(50));
+    }
     for case in cases {
         let got = compute_pod_actions(&case.pod, &case.rt, at(case.now), &backoff, &case.probes);
         assert_eq!(got, case.want, "case: {}", case.name);
@@ -651,4 +663,95 @@ fn requeue_is_the_earliest_back_off() {
         }
         .is_noop()
     );
+}
+
+/// kubelet's `doBackOff`: a container's first death restarts it at once (no back-off entry
+/// yet), later ones wait 10 s doubling, and one that ran fine for 10 min starts over.
+#[test]
+fn first_crash_restarts_at_once_then_backs_off() {
+    struct Crash {
+        name: &'static str,
+        restarts_at: &'static [u64],
+        finished: u64,
+        now: u64,
+        want: Result<(), (u64, u64)>,
+    }
+    let cases = [
+        Crash {
+            name: "first crash: restarted at once",
+            restarts_at: &[],
+            finished: 100,
+            now: 100,
+            want: Ok(()),
+        },
+        Crash {
+            name: "second crash: 10 s",
+            restarts_at: &[50],
+            finished: 100,
+            now: 104,
+            want: Err((6, 10)),
+        },
+        Crash {
+            name: "third crash: 20 s",
+            restarts_at: &[30, 50],
+            finished: 100,
+            now: 115,
+            want: Err((5, 20)),
+        },
+        Crash {
+            name: "third crash, 20 s passed: restarted",
+            restarts_at: &[30, 50],
+            finished: 100,
+            now: 120,
+            want: Ok(()),
+        },
+        Crash {
+            name: "ran 10 min since the last restart: not yet clean",
+            restarts_at: &[30, 50],
+            finished: 650,
+            now: 651,
+            want: Err((19, 20)),
+        },
+        Crash {
+            name: "ran over 10 min since the last restart: restarted at once",
+            restarts_at: &[30, 50],
+            finished: 651,
+            now: 651,
+            want: Ok(()),
+        },
+    ];
+    let always = pod("Always", &[], &["a"]);
+    for case in cases {
+        let mut backoff = table();
+        for &t in case.restarts_at {
+            backoff.record_retry(&key("a"), at(t), at(t));
+        }
+        let dead = ctr(&always, "a-x", "a", RunState::Exited, 1, case.finished);
+        let rt = rt(vec![sandbox("sb1", 0, true)], vec![dead]);
+        let got = compute_pod_actions(
+            &always,
+            &rt,
+            at(case.now),
+            &backoff,
+            &ProbeResults::default(),
+        );
+        let want = match case.want {
+            Ok(()) => PodActions {
+                containers_to_start: vec![restart("a")],
+                ..in_sandbox()
+            },
+            Err((retry_in, delay)) => PodActions {
+                backing_off: vec![BackingOff {
+                    name: "a".into(),
+                    is_init: false,
+                    retry_in: Duration::from_secs(retry_in),
+                    message: format!(
+                        "back-off {delay}s restarting failed container=a pod=web_default({UID})"
+                    ),
+                }],
+                ..in_sandbox()
+            },
+        };
+        assert_eq!(got, want, "case: {}", case.name);
+    }
 }

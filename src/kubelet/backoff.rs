@@ -1,11 +1,17 @@
 //! Restart and image-pull back-off (pure): 10 s doubling to 300 s per (pod uid, container name,
-//! image), forgotten once the thing ran cleanly for twice the cap.
+//! image), forgotten once the thing ran cleanly for twice the cap — kubelet's
+//! `flowcontrol.Backoff` as its `doBackOff` and image puller use it.
 //!
 //! Model: an entry holds the delay to wait after the NEXT failure. A failure at `failed_at` may
-//! be retried at `failed_at + delay`; each retry doubles the delay (capped). If the last retry
-//! was more than `2 × max` before the failure (the container ran cleanly that long), the entry
-//! has expired and the delay is back at `initial`. So a container crashing in a loop is
-//! restarted 10, 20, 40, 80, 160, 300, 300 … seconds after each death.
+//! be retried at `failed_at + delay`. Without an entry (never retried, or the last retry was
+//! more than `2 × max` before the failure: the container ran cleanly that long) there is
+//! nothing to wait for; the first retry creates the entry at `initial` and each later retry
+//! doubles it (capped). So a container crashing in a loop is restarted at once, then 10, 20,
+//! 40, 80, 160, 300, 300 … seconds after each death, as kubelet does (`IsInBackOffSince` is
+//! false for an unknown key, `Next` then starts it at the initial duration).
+//!
+//! A failed image pull is recorded when it fails ([`Backoff::record_failure`], kubelet calls
+//! `Next` on the pull error), so pulls wait 10, 20, 40 … seconds, the first one included.
 //!
 //! Times are wall-clock: failures are timestamped by the runtime (`finishedAt`).
 
@@ -58,7 +64,7 @@ impl Backoff {
     pub fn delay_for(&self, key: &BackoffKey, failed_at: SystemTime) -> Duration {
         match self.entries.get(key) {
             Some(entry) if !self.expired(entry, failed_at) => entry.delay,
-            _ => self.initial,
+            _ => Duration::ZERO,
         }
     }
 
@@ -84,7 +90,11 @@ impl Backoff {
     /// as this one did (capped).
     pub fn record_retry(&mut self, key: &BackoffKey, failed_at: SystemTime, now: SystemTime) {
         let current = self.delay_for(key, failed_at);
-        let next = current.saturating_mul(2).min(self.max);
+        let next = if current.is_zero() {
+            self.initial
+        } else {
+            current.saturating_mul(2).min(self.max)
+        };
         let last_failure = self.entries.get(key).and_then(|e| e.last_failure);
         self.entries.insert(
             key.clone(),
@@ -97,16 +107,20 @@ impl Backoff {
     }
 
     /// Remembers a failure the runtime does not timestamp for us (a failed image pull).
+    /// Unlike a container's death, the first such failure already waits `initial`.
     pub fn record_failure(&mut self, key: &BackoffKey, at: SystemTime) {
-        let initial = self.initial;
-        self.entries
-            .entry(key.clone())
-            .or_insert(Entry {
-                delay: initial,
-                last_retry: at,
-                last_failure: None,
-            })
-            .last_failure = Some(at);
+        let fresh = Entry {
+            delay: self.initial,
+            last_retry: at,
+            last_failure: Some(at),
+        };
+        let live = self.entries.get(key).is_some_and(|e| !self.expired(e, at));
+        match self.entries.get_mut(key) {
+            Some(entry) if live => entry.last_failure = Some(at),
+            _ => {
+                self.entries.insert(key.clone(), fresh);
+            }
+        }
     }
 
     /// The failure recorded with [`Backoff::record_failure`], if any.
@@ -187,22 +201,22 @@ mod tests {
             Case {
                 name: "instant crash",
                 run_secs: 0,
-                want: &[10, 20, 40, 80, 160, 300, 300, 300],
+                want: &[0, 10, 20, 40, 80, 160, 300, 300, 300],
             },
             Case {
                 name: "runs a minute each time",
                 run_secs: 60,
-                want: &[10, 20, 40, 80, 160, 300, 300],
+                want: &[0, 10, 20, 40, 80, 160, 300, 300],
             },
             Case {
-                name: "runs longer than twice the cap: always the initial delay",
+                name: "runs longer than twice the cap: always restarted at once",
                 run_secs: 601,
-                want: &[10, 10, 10, 10],
+                want: &[0, 0, 0, 0],
             },
             Case {
                 name: "runs exactly twice the cap: not yet clean",
                 run_secs: 600,
-                want: &[10, 20, 40],
+                want: &[0, 10, 20, 40],
             },
         ];
         for case in cases {
@@ -213,13 +227,13 @@ mod tests {
                 now += Duration::from_secs(case.run_secs);
                 let failed_at = now;
                 let retry = backoff.retry_at(&key(), failed_at);
-                got.push(retry.duration_since(failed_at).unwrap().as_secs());
+                let delay = retry.duration_since(failed_at).unwrap();
+                got.push(delay.as_secs());
                 assert!(backoff.remaining(&key(), failed_at, retry).is_none());
-                assert!(
-                    backoff
-                        .remaining(&key(), failed_at, retry - Duration::from_secs(1))
-                        .is_some()
-                );
+                if !delay.is_zero() {
+                    let early = retry - Duration::from_secs(1);
+                    assert!(backoff.remaining(&key(), failed_at, early).is_some());
+                }
                 now = retry;
                 backoff.record_retry(&key(), failed_at, now);
             }
@@ -229,8 +243,10 @@ mod tests {
 
     #[test]
     fn remaining_counts_down_from_the_failure() {
-        let backoff = table();
+        let mut backoff = table();
         let failed = t(100);
+        assert_eq!(backoff.remaining(&key(), failed, t(100)), None, "no entry");
+        backoff.record_retry(&key(), t(50), t(50));
         let cases = [
             (t(100), Some(10)),
             (t(105), Some(5)),
@@ -249,12 +265,13 @@ mod tests {
         let other = BackoffKey::new("uid", "app", "busybox:2");
         backoff.record_retry(&key(), t(0), t(0));
         backoff.record_retry(&key(), t(1), t(1));
-        assert_eq!(backoff.delay_for(&key(), t(2)), Duration::from_secs(40));
-        assert_eq!(backoff.delay_for(&other, t(2)), Duration::from_secs(10));
+        assert_eq!(backoff.delay_for(&key(), t(2)), Duration::from_secs(20));
+        assert_eq!(backoff.delay_for(&other, t(2)), Duration::ZERO);
         backoff.reset(&key());
-        assert_eq!(backoff.delay_for(&key(), t(2)), Duration::from_secs(10));
+        assert_eq!(backoff.delay_for(&key(), t(2)), Duration::ZERO);
     }
 
+    /// Pull failures are recorded as they happen: the first one waits `initial` too.
     #[test]
     fn pull_failures_are_remembered() {
         let mut backoff = table();
@@ -270,6 +287,9 @@ mod tests {
         assert_eq!(backoff.retry_at(&key(), t(16)), t(36));
         assert_eq!(backoff.next_retry(t(30)), Some(Duration::from_secs(6)));
         assert_eq!(backoff.next_retry(t(36)), None);
+        // A failure long after the last retry starts over at `initial`.
+        backoff.record_failure(&key(), t(700));
+        assert_eq!(backoff.retry_at(&key(), t(700)), t(710));
     }
 
     #[test]

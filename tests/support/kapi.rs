@@ -17,6 +17,18 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     pub fn spawn(root: &Path, node: &str, kubeconfig: &Path, port: u16, ca: &str) -> AgentProcess {
+        Self::spawn_with(root, node, kubeconfig, port, ca, &[])
+    }
+
+    /// [`AgentProcess::spawn`] with `extra` agent flags.
+    pub fn spawn_with(
+        root: &Path,
+        node: &str,
+        kubeconfig: &Path,
+        port: u16,
+        ca: &str,
+        extra: &[&str],
+    ) -> AgentProcess {
         let log = root.join("agent.log");
         let ipam = Path::new(runtime::TEST_NET_DIR).join("ipam");
         let stderr = std::fs::File::create(&log).unwrap();
@@ -33,6 +45,7 @@ impl AgentProcess {
             .arg("--cni-data-dir")
             .arg(ipam)
             .args(["--log-level", "info,runp::kubelet::server=debug"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -42,6 +55,10 @@ impl AgentProcess {
             child: Some(child),
             log,
         }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
     }
 
     pub fn log(&self) -> String {

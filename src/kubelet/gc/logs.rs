@@ -118,6 +118,11 @@ pub async fn rotate_container_log(
     }
     let stamp = chrono::DateTime::<chrono::Utc>::from(now).format(TIMESTAMP_FORMAT);
     let target = dir.join(format!("{prefix}{stamp}"));
+    if target.exists() {
+        // Rotated already this second (names have second resolution): renaming now would
+        // overwrite that file, so the live one waits for a later check.
+        return Ok(false);
+    }
     std::fs::rename(live, &target)?;
     if let Err(status) = runtime
         .reopen_container_log(api::ReopenContainerLogRequest {
@@ -298,5 +303,42 @@ mod tests {
         let mut text = String::new();
         io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut text).unwrap();
         assert!(text.starts_with("round 3"), "{text}");
+    }
+
+    /// Two rotations within one second: the second waits, the first file is not overwritten.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_rotation_in_the_same_second_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("0.log");
+        let runtime = FakeRuntime::new(Arc::new(FakeClock::new()));
+        let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let mut got = Vec::new();
+        for (round, at) in [
+            (0, now),
+            (1, now),
+            (2, now + std::time::Duration::from_secs(1)),
+        ] {
+            // Appended: what did not rotate stays in the live file.
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&live)
+                .unwrap();
+            io::Write::write_all(&mut file, format!("round {round} ").repeat(20).as_bytes())
+                .unwrap();
+            got.push(
+                rotate_container_log(runtime.as_ref(), "ctr1", &live, 100, 5, at)
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(got, [true, false, true]);
+        let first = std::fs::read_to_string(dir.path().join("0.log.20231114-221320")).unwrap();
+        assert!(first.starts_with("round 0"), "{first}");
+        let second = std::fs::read_to_string(dir.path().join("0.log.20231114-221321")).unwrap();
+        assert!(
+            second.starts_with("round 1"),
+            "the waiting file rotated later: {second}"
+        );
     }
 }

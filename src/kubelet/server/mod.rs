@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod authz;
+pub mod csr;
 pub mod handlers;
 pub mod logopts;
 pub mod logs;

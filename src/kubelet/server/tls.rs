@@ -9,9 +9,10 @@ use rcgen::{CertificateParams, DnType, KeyPair};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -103,9 +104,53 @@ pub fn self_signed(names: &[String]) -> Result<Identity, TlsError> {
     })
 }
 
+/// The certificate the server presents, replaceable while it serves (a rotated serving
+/// certificate applies to the connections made after the switch).
+#[derive(Debug)]
+pub struct ServingCert {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ServingCert {
+    pub fn new(identity: Identity) -> Result<Arc<ServingCert>, TlsError> {
+        Ok(Arc::new(ServingCert {
+            current: RwLock::new(certified(identity)?),
+        }))
+    }
+
+    /// Serves `identity` from now on.
+    pub fn replace(&self, identity: Identity) -> Result<(), TlsError> {
+        let next = certified(identity)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+        Ok(())
+    }
+
+    /// The leaf certificate served now.
+    pub fn leaf(&self) -> CertificateDer<'static> {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+        current.cert[0].clone()
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+}
+
+fn certified(identity: Identity) -> Result<Arc<CertifiedKey>, TlsError> {
+    let key = rustls::crypto::ring::sign::any_supported_type(&identity.key)?;
+    Ok(Arc::new(CertifiedKey::new(identity.chain, key)))
+}
+
 /// The rustls server configuration: HTTP/1.1 only (upgrades for exec/attach/portForward).
 pub fn server_config(
-    identity: Identity,
+    cert: Arc<ServingCert>,
     client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -131,7 +176,7 @@ pub fn server_config(
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(identity.chain, identity.key)?;
+        .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -224,7 +269,16 @@ mod tests {
             "{text}"
         );
         assert_eq!(san.general_names.len(), 2);
-        server_config(id, None).unwrap();
+        let served = ServingCert::new(id).unwrap();
+        server_config(served.clone(), None).unwrap();
+        let before = served.leaf();
+        served
+            .replace(self_signed(&["node-b".to_string()]).unwrap())
+            .unwrap();
+        let after = served.leaf();
+        assert_ne!(before, after, "replaced");
+        let (_, cert) = x509_parser::parse_x509_certificate(&after).unwrap();
+        assert_eq!(cert.subject().to_string(), "CN=node-b@runp");
     }
 
     #[test]
@@ -241,6 +295,7 @@ mod tests {
             Err(TlsError::NoCertificate { .. })
         ));
         let id = self_signed(&["n".to_string()]).unwrap();
-        assert!(server_config(id, Some(&empty)).is_err());
+        let served = ServingCert::new(id).unwrap();
+        assert!(server_config(served, Some(&empty)).is_err());
     }
 }
