@@ -15,7 +15,7 @@ use runp::cri::client::{RemoteOptions, RemoteRuntime};
 use runp::cri::endpoint::CriEndpoint;
 use runp::cri::{RuntimeService, api};
 use runp::kubelet::labels;
-use runtime::{LeakGuard, is_root, skip};
+use runtime::{LeakGuard, is_root, mounts_under, processes_under, skip};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ spec:
   - name: main
     image: busybox
     imagePullPolicy: IfNotPresent
-    command: [sleep, "86398"]
+    command: [sleep, "1000"]
 "#
     )
 }
@@ -93,21 +93,6 @@ async fn census(cri: &RemoteRuntime) -> HashMap<String, (usize, usize)> {
         }
     }
     counts
-}
-
-/// Processes whose command line names `root` or runs the pods' `sleep 86398`.
-fn processes_of(root: &Path) -> Vec<(i32, String)> {
-    let root = root.display().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-        .filter_map(|pid| {
-            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
-            (cmd.contains(&root) || cmd.contains("sleep 86398")).then_some((pid, cmd))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,20 +190,15 @@ async fn agent_killed_while_starting_pods_restarts_each_pod_once() {
     }
     drop(cri);
     agent.stop().await;
+    // Containers' processes have their root under `root`; shims and infra name it.
     let started = Instant::now();
-    let mut left = processes_of(root);
+    let mut left = processes_under(root, 0);
     while !left.is_empty() && started.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        left = processes_of(root);
+        left = processes_under(root, 0);
     }
     assert!(left.is_empty(), "left running: {left:?}");
-    let prefix = root.display().to_string();
-    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect();
+    let mounts = mounts_under(root);
     assert!(mounts.is_empty(), "left mounted: {mounts:?}");
     drop(guard);
 }

@@ -202,12 +202,10 @@ async fn a_start_past_the_hang_guard_leaves_no_process_behind() {
     if !is_root() {
         return skip(TEST, "root (real or mapped)");
     }
-    // Unique to this test: the container's process is found by it.
-    const MARK: &str = "sleep 86399";
     let mut timed_out = 0;
     for ms in [2, 5, 10, 15, 20, 25, 30, 40, 50, 60, 80] {
         let env = Env::with(|o| o.shim_start_timeout = std::time::Duration::from_millis(ms)).await;
-        let dir = env.dir.path().display().to_string();
+        let dir = env.dir.path().to_path_buf();
         let pod = env
             .rt
             .run_pod_sandbox(api::RunPodSandboxRequest {
@@ -219,11 +217,11 @@ async fn a_start_past_the_hang_guard_leaves_no_process_behind() {
             Err(e) => {
                 timed_out += 1;
                 eprintln!("{ms} ms: RunPodSandbox failed");
-                assert_no_leftover(&dir, MARK, &format!("{ms} ms, RunPodSandbox: {e}"));
+                assert_no_leftover(&dir, None, &format!("{ms} ms, RunPodSandbox: {e}"));
             }
             Ok(r) => {
                 let pod = (r.pod_sandbox_id, pod_config("guard", &env.logs()));
-                let id = env.create(&pod, shell("c", &format!("exec {MARK}"))).await;
+                let id = env.create(&pod, shell("c", "exec sleep 1000")).await;
                 let started = env
                     .rt
                     .start_container(api::StartContainerRequest {
@@ -234,49 +232,39 @@ async fn a_start_past_the_hang_guard_leaves_no_process_behind() {
                     timed_out += 1;
                     eprintln!("{ms} ms: StartContainer failed");
                     // The pod's infra and shim stay; only the container's processes must go.
-                    let ours = leftovers(&dir, MARK, Some("/sandboxes/"));
-                    assert!(ours.is_empty(), "{ms} ms, StartContainer: {e}: {ours:?}");
+                    let when = format!("{ms} ms, StartContainer: {e}");
+                    assert_no_leftover(&dir, Some("/sandboxes/"), &when);
                 }
             }
         }
         env.cleanup().await;
-        assert_no_leftover(&dir, MARK, &format!("{ms} ms, after removing the pods"));
+        assert_no_leftover(&dir, None, &format!("{ms} ms, after removing the pods"));
     }
     assert!(timed_out > 0, "no start ran past the hang guard");
 }
 
-/// Fails on processes (not zombies) whose command line names `dir` or contains `mark`, still
-/// there after 2 s (SIGKILL takes a moment); kills them first, so a failure leaks nothing.
-fn assert_no_leftover(dir: &str, mark: &str, when: &str) {
-    let left = leftovers(dir, mark, None);
-    for (pid, _) in &left {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+/// Fails on processes under `dir` (but `except`) still there after 2 s (SIGKILL takes a
+/// moment); kills them first, so a failure leaks nothing.
+fn assert_no_leftover(dir: &std::path::Path, except: Option<&str>, when: &str) {
+    let found = || {
+        processes_under(dir, 0)
+            .into_iter()
+            .filter(|p| !except.is_some_and(|x| p.contains(x)))
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut left = found();
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = found();
+    }
+    for p in &left {
+        if let Some(pid) = p.split(':').next().and_then(|pid| pid.parse().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
     assert!(left.is_empty(), "{when}: left running: {left:?}");
-}
-
-/// Processes whose command line names `dir` or contains `mark` (and not `except`), once they
-/// stay for 2 s.
-fn leftovers(dir: &str, mark: &str, except: Option<&str>) -> Vec<(i32, String)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        let found: Vec<(i32, String)> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter_map(|pid| {
-                let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
-                let ours = cmd.contains(dir) || cmd.contains(mark);
-                (ours && !except.is_some_and(|x| cmd.contains(x))).then_some((pid, cmd))
-            })
-            .collect();
-        if found.is_empty() || std::time::Instant::now() >= deadline {
-            return found;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }

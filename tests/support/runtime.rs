@@ -361,6 +361,37 @@ pub fn lasting_zombies() -> Vec<i32> {
     }
 }
 
+/// Processes (other than `except`, e.g. a `runp serve` that is expected to run) whose command
+/// line or root mentions `dir`: shims, pod infra, containers, as `PID: CMDLINE`.
+pub fn processes_under(dir: &Path, except: i32) -> Vec<String> {
+    let needle = dir.display().to_string();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.parse::<i32>().map_or(true, |pid| pid == except) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let root = std::fs::read_link(entry.path().join("root")).unwrap_or_default();
+        if cmdline.contains(&needle) || root.starts_with(dir) {
+            out.push(format!("{name}: {cmdline}"));
+        }
+    }
+    out
+}
+
+/// Mount points under `dir` (from /proc/self/mountinfo).
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .filter(|m| m.starts_with(&prefix))
+        .collect()
+}
+
 /// After a test (panicked or not): SIGKILL every process the runtime's records (under `rt/` or
 /// `runtime/`) say runs (when its start time still matches), CNI DEL what the records still have
 /// attached (while the namespace files still hold the netns), and detach every mount under the
@@ -424,13 +455,7 @@ impl Drop for LeakGuard {
         for rt in &roots {
             release_leftover_networks(rt);
         }
-        let prefix = self.dir.display().to_string();
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
+        let mut mounts = mounts_under(&self.dir);
         mounts.sort_by(|a, b| b.cmp(a));
         for m in mounts {
             let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);

@@ -154,36 +154,6 @@ pub async fn sandboxes(rt: &RemoteRuntime) -> Vec<api::PodSandbox> {
         .items
 }
 
-/// Processes (other than `runp serve` itself) whose command line or root mentions `dir`:
-/// shims, pod infra, containers.
-pub fn processes_under(dir: &Path, serve: i32) -> Vec<String> {
-    let needle = dir.display().to_string();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.parse::<i32>().map_or(true, |pid| pid == serve) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let root = std::fs::read_link(entry.path().join("root")).unwrap_or_default();
-        if cmdline.contains(&needle) || root.starts_with(dir) {
-            out.push(format!("{name}: {cmdline}"));
-        }
-    }
-    out
-}
-
-pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect()
-}
-
 pub fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|d| {
