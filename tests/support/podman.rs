@@ -127,8 +127,8 @@ impl Podman {
     /// `podman run -d --privileged` of `image` as this container with `options`, and `flags`
     /// added to the agent's command line. The rlimits podman sets by default exceed this
     /// machine's hard limits, which need CAP_SYS_RESOURCE to raise: the open-files hard limit is
-    /// kept, and processes get 4096 (runc was refused 65536 here; root with CAP_SYS_ADMIN is not
-    /// held to it anyway).
+    /// kept, and processes get 4096 (podman lowers its own limit, to 32768 here, and runc cannot
+    /// exceed it; root with CAP_SYS_ADMIN is not held to it anyway).
     pub fn run(&self, image: &str, options: &[String], flags: &[&str]) {
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .unwrap()
