@@ -1,15 +1,15 @@
-//! runp's image run as a privileged container (crun; see support/crun.rs) with its volumes on
-//! host directories: the agent inside runs the sample pod from the mounted manifest directory,
-//! `runp pods`/`ps`/`logs` answer through `crun exec`, a graceful stop (SIGTERM) stops the pods
-//! within their grace periods and leaves nothing on the host, and a second container on the same
-//! volumes runs the pod again.
+//! runp's image loaded into podman and run as a privileged container (see support/podman.rs)
+//! with its volumes on host directories: the agent inside runs the sample pod from the mounted
+//! manifest directory, `runp pods`/`ps`/`logs` and the image's health command answer through
+//! podman, `podman stop` (SIGTERM) stops the pods within their grace periods and leaves nothing on
+//! the host, and `podman start` on the same volumes runs the pods again.
 
-#[path = "support/crun.rs"]
-mod crun;
+#[path = "support/podman.rs"]
+mod podman;
 #[path = "support/image.rs"]
 mod support;
 
-use crun::{Container, Volumes, cgroup_dirs, host_net_namespaces, make_bundle, wait_until};
+use podman::{Podman, Volumes, cgroup_dirs, host_net_namespaces, wait_until};
 use std::path::Path;
 
 /// The pod network of the agent in the container: names no other test uses, so that the host
@@ -30,20 +30,19 @@ spec:
       command: ["sh", "-c", "trap 'echo stopped by TERM; exit 0' TERM; echo up; while true; do sleep 1; done"]
 "#;
 
-/// Every line of the host's /proc/self/mountinfo naming `dir`.
-fn host_mounts_under(dir: &Path) -> Vec<String> {
-    let dir = dir.to_str().unwrap();
+/// Every line of the host's /proc/self/mountinfo naming one of `names`.
+fn host_mounts_naming(names: &[&str]) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
-        .filter(|l| l.contains(dir))
+        .filter(|l| names.iter().any(|n| l.contains(n)))
         .map(str::to_string)
         .collect()
 }
 
 /// Waits until `runp pods` in the container shows every pod of `names` Running and ready.
-fn wait_running(container: &Container, names: &[&str], log: &Path) {
-    wait_until(&format!("{names:?} Running in {}", container.id), || {
+fn wait_running(container: &Podman, names: &[&str]) {
+    wait_until(&format!("{names:?} Running in {}", container.name), || {
         let (ok, text) = container.exec(&["runp", "pods"]);
         let ready = |name: &str| {
             text.lines().any(|l| {
@@ -51,18 +50,15 @@ fn wait_running(container: &Container, names: &[&str], log: &Path) {
                 f.get(1) == Some(&name) && f.get(3) == Some(&"Running") && f.get(2) == Some(&"1/1")
             })
         };
-        if !ok && container.state().is_none_or(|(s, _)| s != "running") {
-            panic!(
-                "the container exited: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
+        if !ok {
+            container.assert_running();
         }
         ok && names.iter().all(|n| ready(n))
     });
 }
 
 /// The network namespaces of every process in the container (its own and the pods').
-fn container_net_namespaces(container: &Container) -> Vec<String> {
+fn container_net_namespaces(container: &Podman) -> Vec<String> {
     let script = "for f in /proc/[0-9]*/ns/net; do busybox readlink $f; done";
     let (ok, text) = container.exec(&["sh", "-c", script]);
     assert!(ok, "{text}");
@@ -80,7 +76,10 @@ fn container_net_namespaces(container: &Container) -> Vec<String> {
 fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
     let test = "the_image_runs_as_a_privileged_container_and_stops_cleanly";
     if !support::is_real_root() {
-        support::skip(test, "real root (crun runs a privileged container)");
+        support::skip(test, "real root (podman runs a privileged container)");
+        return;
+    }
+    if !podman::available(test) {
         return;
     }
     let dir = tempfile::Builder::new()
@@ -88,14 +87,7 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
         .tempdir_in("/tmp")
         .unwrap();
     let top = dir.path();
-    let volumes = Volumes {
-        state: top.join("state"),
-        logs: top.join("logs"),
-        manifests: top.join("manifests"),
-    };
-    for d in [&volumes.state, &volumes.logs, &volumes.manifests] {
-        std::fs::create_dir(d).unwrap();
-    }
+    let volumes = Volumes::create(top);
     support::build_runp_image(&top.join("image"));
     // The sample pod's image, preloaded into the state volume (the store is <root>/images).
     support::open_store(&volumes.state)
@@ -110,25 +102,22 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
     std::fs::write(volumes.manifests.join("term.yaml"), TERM_POD).unwrap();
 
     let cgroup = format!("/runp-image-test-{}", std::process::id());
-    let bundle = top.join("bundle");
-    make_bundle(
-        &top.join("image/oci"),
-        env!("CARGO_PKG_VERSION"),
-        &bundle,
-        &volumes,
+    let container = Podman::new(
+        &top.join("podman"),
+        &format!("runp-image-{}", std::process::id()),
         &cgroup,
+    );
+    let image = container.load(&top.join("image/runp-image.tar"));
+    // Its own network namespace: the pods' bridge and iptables rules stay inside it.
+    let mut options = vec!["--network".to_string(), "none".to_string()];
+    options.extend(volumes.options());
+    container.run(
+        &image,
+        &options,
         &["--pod-bridge", BRIDGE, "--pod-cidr", POD_CIDR],
     );
-    let log = top.join("agent.log");
-    let container = Container::new(
-        &format!("runp-image-{}", std::process::id()),
-        &top.join("crun"),
-        &cgroup,
-    );
-    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
-
-    container.run(&bundle, &log);
-    wait_running(&container, &["hello", "term"], &log);
+    let id = container.inspect("{{.Id}}");
+    wait_running(&container, &["hello", "term"]);
     let (ok, ps) = container.exec(&["runp", "ps"]);
     assert!(ok, "{ps}");
     assert!(
@@ -141,17 +130,16 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
         ok && logs.contains("hello from a ConfigMap in pod hello"),
         "{logs}"
     );
-    let (ok, health) = container.exec(&["runp", "health"]);
-    assert!(ok, "runp health: {health}");
+    // The image's health command, run by podman (its timers need systemd, absent here).
+    container.ok(&["healthcheck", "run", &container.name]);
+    assert_eq!(container.inspect("{{.State.Health.Status}}"), "healthy");
     let namespaces = container_net_namespaces(&container);
     // The container's own, and one per pod (each with its own network).
     assert!(namespaces.len() >= 3, "{namespaces:?}");
 
-    // Graceful stop: SIGTERM to the agent (PID 1), which stops the pods before it exits.
-    let killed = container.crun(&["kill", &container.id, "TERM"]);
-    assert!(killed.status.success(), "{killed:?}");
-    container.wait_stopped();
-    let agent_said = agent_log();
+    // Graceful stop: SIGTERM to the agent (PID 1), which stops the pods before it exits 0.
+    assert_eq!(container.stop(), "0", "{}", container.logs());
+    let agent_said = container.logs();
     assert!(
         agent_said.contains("stopping every pod first"),
         "{agent_said}"
@@ -167,34 +155,36 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
         "{term_log}\n{agent_said}"
     );
 
-    // Nothing left on the host: no process of the container, no mount under its volumes, no
-    // network namespace of it or its pods, no pod cgroup, no bridge or iptables rule of its
-    // pod network.
-    // The pods' cgroups (under the container's) hold no process; they go with the container's.
-    let busy: Vec<String> = cgroup_dirs(&cgroup)
+    // Nothing left on the host: no cgroup of the container or its pods (runc removed them with
+    // the container's; podman keeps its monitor's, `conmon`, with no process left in it), no
+    // mount of the container or under its volumes, no network namespace of it or its pods, no
+    // bridge or iptables rule of its pod network.
+    let cgroups: Vec<String> = cgroup_dirs(&cgroup)
         .into_iter()
-        .flat_map(|dir| walkdir::WalkDir::new(dir).into_iter().flatten())
-        .filter(|e| e.file_name() == "cgroup.procs")
-        .filter_map(|e| {
-            let procs = std::fs::read_to_string(e.path()).unwrap();
-            // The agent may still be a zombie here (crun says stopped once it exited) until
-            // the host's init reaps it: only live processes count.
-            let commands: Vec<String> = procs
-                .split_whitespace()
-                .filter(|pid| {
-                    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
-                    !status.unwrap_or_default().contains("State:\tZ")
-                })
-                .map(|pid| {
-                    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                    format!("{pid} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
-                })
-                .collect();
-            (!commands.is_empty()).then(|| format!("{}: {commands:?}", e.path().display()))
+        .flat_map(|dir| {
+            walkdir::WalkDir::new(dir)
+                .min_depth(1)
+                .into_iter()
+                .flatten()
         })
+        .filter(|e| e.file_type().is_dir())
+        .filter(|e| {
+            e.file_name() != "conmon"
+                || !std::fs::read_to_string(e.path().join("cgroup.procs"))
+                    .unwrap()
+                    .trim()
+                    .is_empty()
+        })
+        .map(|e| e.path().display().to_string())
         .collect();
-    assert!(busy.is_empty(), "processes left in {busy:?}\n{agent_said}");
-    let mounts = host_mounts_under(top);
+    assert!(
+        cgroups.is_empty(),
+        "cgroups left: {cgroups:#?}\n{agent_said}"
+    );
+    let volume_dirs = [&volumes.state, &volumes.logs, &volumes.manifests];
+    let mut names: Vec<&str> = volume_dirs.iter().map(|d| d.to_str().unwrap()).collect();
+    names.push(&id);
+    let mounts = host_mounts_naming(&names);
     assert!(mounts.is_empty(), "{mounts:#?}");
     let held: Vec<String> = host_net_namespaces()
         .into_iter()
@@ -223,17 +213,15 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
             .any(|l| l.contains(BRIDGE) || l.contains(prefix)),
         "iptables rules of the container's pod network on the host"
     );
-    container.delete();
-    assert_eq!(cgroup_dirs(&cgroup), Vec::<std::path::PathBuf>::new());
 
-    // Again on the same volumes: the agent finds its pods stopped and runs them again.
-    container.run(&bundle, &log);
-    wait_running(&container, &["hello", "term"], &log);
+    // Started again on the same volumes: the agent finds its pods stopped and runs them again.
+    container.ok(&["start", &container.name]);
+    wait_running(&container, &["hello", "term"]);
     let (ok, logs) = container.exec(&["runp", "logs", "term", "-c", "main"]);
     assert!(ok && logs.contains("up"), "{logs}");
-    let killed = container.crun(&["kill", &container.id, "TERM"]);
-    assert!(killed.status.success(), "{killed:?}");
-    container.wait_stopped();
-    container.delete();
-    assert!(host_mounts_under(top).is_empty());
+    assert_eq!(container.stop(), "0", "{}", container.logs());
+    drop(container);
+    let mounts = host_mounts_naming(&[top.to_str().unwrap()]);
+    assert!(mounts.is_empty(), "{mounts:#?}");
+    assert_eq!(cgroup_dirs(&cgroup), Vec::<std::path::PathBuf>::new());
 }
