@@ -133,15 +133,17 @@ fn check_container_path(path: &str) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
-/// The rootfs propagation the CRI mounts need (rshared for Bidirectional, else rslave for
-/// HostToContainer), None for private-only mounts.
+/// The rootfs propagation the CRI mounts need (shared for Bidirectional, else slave for
+/// HostToContainer), None for private-only mounts. Always applied recursively: libcontainer
+/// knows only "shared", "private", "slave" and "unbindable" here (and adds MS_REC itself), and
+/// refuses runc's "rshared"/"rslave" at container start.
 pub fn rootfs_propagation(cri: &[api::Mount]) -> Option<&'static str> {
     use api::MountPropagation as P;
     let props: Vec<i32> = cri.iter().map(|m| m.propagation).collect();
     if props.contains(&(P::PropagationBidirectional as i32)) {
-        Some("rshared")
+        Some("shared")
     } else if props.contains(&(P::PropagationHostToContainer as i32)) {
-        Some("rslave")
+        Some("slave")
     } else {
         None
     }
@@ -292,10 +294,10 @@ mod tests {
             .find(|m| m.destination() == Path::new("/etc/hosts"))
             .unwrap();
         assert_eq!(hosts.source().clone().unwrap(), PathBuf::from("/k/hosts"));
-        assert_eq!(rootfs_propagation(&user), Some("rslave"));
+        assert_eq!(rootfs_propagation(&user), Some("slave"));
         assert_eq!(rootfs_propagation(&user[..1]), None);
         let shared = vec![cri("/x", "/y", false, P::PropagationBidirectional)];
-        assert_eq!(rootfs_propagation(&shared), Some("rshared"));
+        assert_eq!(rootfs_propagation(&shared), Some("shared"));
     }
 
     #[test]
