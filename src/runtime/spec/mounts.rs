@@ -4,7 +4,7 @@
 
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
-use oci_spec::runtime::Mount;
+use oci_spec::runtime::{Hook, HookBuilder, Mount};
 use std::path::{Component, Path, PathBuf};
 
 /// Pod-level files every container of the pod shares.
@@ -147,6 +147,40 @@ pub fn rootfs_propagation(cri: &[api::Mount]) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The createContainer hook (`runp mount-propagation`, see `jail::apply_mount_propagation`)
+/// that makes private and HostToContainer CRI mounts private and slave in the container, parents
+/// first; None when no mount needs it (Bidirectional ones stay in the host's peer group).
+pub fn propagation_hook(runp_exe: &Path, rootfs: &Path, cri: &[api::Mount]) -> Option<Hook> {
+    use api::MountPropagation as P;
+    let mut mounts: Vec<(usize, String)> = cri
+        .iter()
+        .filter_map(|m| {
+            let mode = match P::try_from(m.propagation) {
+                Ok(P::PropagationPrivate) => "private",
+                Ok(P::PropagationHostToContainer) => "slave",
+                _ => return None,
+            };
+            let depth = Path::new(&m.container_path).components().count();
+            Some((depth, format!("{mode}:{}", m.container_path)))
+        })
+        .collect();
+    if mounts.is_empty() {
+        return None;
+    }
+    mounts.sort_by_key(|(depth, _)| *depth);
+    let mut args = vec![
+        "runp".to_string(),
+        "mount-propagation".to_string(),
+        rootfs.display().to_string(),
+    ];
+    args.extend(mounts.into_iter().map(|(_, arg)| arg));
+    HookBuilder::default()
+        .path(runp_exe.to_path_buf())
+        .args(args)
+        .build()
+        .ok()
 }
 
 /// CRI mounts as OCI bind mounts, parents before children (sorted by depth, stable).
