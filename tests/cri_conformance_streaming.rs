@@ -1,0 +1,192 @@
+//! CRI conformance through the gRPC socket of `runp serve`: Exec, Attach and PortForward as
+//! critest's streaming specs use them: the URL from the gRPC call, then client-go's SPDY
+//! protocol (exec and attach, with and without a TTY, stdin, resize) or the WebSocket one
+//! (port forward), against real containers.
+
+#[path = "support/conformance.rs"]
+mod conformance;
+#[path = "support/serve.rs"]
+mod serve;
+#[path = "support/streaming.rs"]
+mod streaming;
+#[path = "support/runtime.rs"]
+mod support;
+
+use conformance::*;
+use futures::{SinkExt, StreamExt};
+use runp::cri::{RuntimeService, api};
+use streaming::{ExecInput, spdy_exec, ws_connect};
+use tokio_tungstenite::tungstenite::Message;
+
+const V4: &[&str] = &["v4.channel.k8s.io"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_conformance_streaming() {
+    let Some(s) = Suite::start("cri_conformance_streaming").await else {
+        return;
+    };
+    s.run(vec![
+        ("exec", Box::pin(exec(&s))),
+        ("attach", Box::pin(attach(&s))),
+        ("port_forward", Box::pin(port_forward(&s))),
+    ])
+    .await;
+}
+
+async fn exec_url(s: &Suite, id: &str, cmd: &[&str], stdin: bool, tty: bool) -> String {
+    s.rt()
+        .exec(api::ExecRequest {
+            container_id: id.to_string(),
+            cmd: cmd.iter().map(|c| c.to_string()).collect(),
+            tty,
+            stdin,
+            stdout: true,
+            stderr: !tty,
+        })
+        .await
+        .expect("exec url")
+        .url
+}
+
+/// Exec: stdout and stderr apart with the exit code in the v4 status; stdin reaches the
+/// command; with a TTY, one output stream and the client's window size.
+async fn exec(s: &Suite) {
+    let pod = s.pod(s.pod_config("st-exec")).await;
+    let id = s
+        .run_container(&pod, container("c", "exec sleep 1000", |_| {}))
+        .await;
+    let script = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"];
+    let url = exec_url(s, &id, &script, false, false).await;
+    let input = ExecInput {
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    };
+    let outcome = spdy_exec(&url, V4, input).await;
+    assert_eq!(
+        (outcome.stdout.as_slice(), outcome.stderr.as_slice()),
+        (&b"out\n"[..], &b"err\n"[..])
+    );
+    let status = outcome.status();
+    assert_eq!(status["status"], "Failure", "{status}");
+    assert_eq!(
+        status["details"]["causes"],
+        serde_json::json!([{"reason": "ExitCode", "message": "3"}])
+    );
+
+    let url = exec_url(s, &id, &["cat"], true, false).await;
+    let input = ExecInput {
+        stdin: Some(b"through stdin\n".to_vec()),
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    };
+    let outcome = spdy_exec(&url, V4, input).await;
+    assert_eq!(outcome.stdout, b"through stdin\n");
+    assert_eq!(outcome.status()["status"], "Success");
+
+    // The line is read after the resize was sent (streams are independent; the resize stream
+    // is opened and written first).
+    let script = ["/bin/sh", "-c", "read x; stty size; tty"];
+    let url = exec_url(s, &id, &script, true, true).await;
+    let input = ExecInput {
+        stdin: Some(b"go\n".to_vec()),
+        stdout: true,
+        tty: true,
+        resize: vec![(100, 40)],
+        ..Default::default()
+    };
+    let outcome = spdy_exec(&url, V4, input).await;
+    let out = String::from_utf8_lossy(&outcome.stdout);
+    assert!(out.contains("40 100"), "{out:?}");
+    assert!(out.contains("/dev/pts/"), "{out:?}");
+    assert!(outcome.stderr.is_empty());
+}
+
+/// Attach to a container that reads its stdin: what is sent arrives, its output comes back,
+/// and the session ends with the container.
+async fn attach(s: &Suite) {
+    let pod = s.pod(s.pod_config("st-attach")).await;
+    let script = "read line; echo got:$line; echo bye >&2";
+    let id = s
+        .run_container(
+            &pod,
+            container("c", script, |c| {
+                c.stdin = true;
+                c.stdin_once = true;
+            }),
+        )
+        .await;
+    let url = s
+        .rt()
+        .attach(api::AttachRequest {
+            container_id: id.clone(),
+            stdin: true,
+            tty: false,
+            stdout: true,
+            stderr: true,
+        })
+        .await
+        .expect("attach url")
+        .url;
+    let input = ExecInput {
+        stdin: Some(b"ping\n".to_vec()),
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    };
+    let outcome = spdy_exec(&url, V4, input).await;
+    assert_eq!(outcome.stdout, b"got:ping\n");
+    assert_eq!(outcome.stderr, b"bye\n");
+    let status = s.wait_exit(&id).await;
+    assert_eq!(status.exit_code, 0);
+}
+
+/// PortForward reaches a port of the pod's network namespace (a server in a container).
+async fn port_forward(s: &Suite) {
+    let pod = s.pod(s.pod_config("st-pf")).await;
+    let id = s
+        .run_container(
+            &pod,
+            container("srv", "exec nc -ll -p 8080 -e /bin/cat", |_| {}),
+        )
+        .await;
+    // Listening once netstat shows it (the container is in the pod's network namespace).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !s.sh(&id, "netstat -ltn; true").await.contains(":8080") {
+        assert!(tokio::time::Instant::now() < deadline, "nc never listened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = s
+        .rt()
+        .port_forward(api::PortForwardRequest {
+            pod_sandbox_id: pod.0.clone(),
+            port: vec![8080],
+        })
+        .await
+        .expect("port forward url")
+        .url;
+    let (mut ws, chosen) = ws_connect(&format!("{url}?port=8080"), "v4.channel.k8s.io")
+        .await
+        .expect("websocket");
+    assert_eq!(chosen.as_deref(), Some("v4.channel.k8s.io"));
+    ws.send(Message::binary(b"\x00echo me\n".to_vec()))
+        .await
+        .unwrap();
+    let mut data = Vec::new();
+    // Channel 0 (data) starts with the port, little-endian, then the echoed bytes.
+    while data.len() < 2 + 8 {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(20), ws.next())
+            .await
+            .expect("an answer in time");
+        match next {
+            Some(Ok(Message::Binary(frame))) if frame.first() == Some(&0) => {
+                data.extend_from_slice(&frame[1..])
+            }
+            Some(Ok(Message::Binary(_))) => {}
+            other => panic!("port forward ended: {other:?} after {data:?}"),
+        }
+    }
+    assert_eq!(&data[..2], &8080u16.to_le_bytes());
+    assert_eq!(&data[2..], b"echo me\n");
+}
