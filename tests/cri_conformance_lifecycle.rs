@@ -437,6 +437,18 @@ async fn not_found_and_idempotent(s: &Suite) {
         .await
         .expect("stop (again)");
     }
+    // SIGKILLed: exit code 137, reason Error and, as containerd, no message (kubelet would
+    // put it in front of the container's termination message).
+    let killed = s.status(&id).await;
+    assert_eq!(
+        (
+            killed.exit_code,
+            killed.reason.as_str(),
+            killed.message.as_str()
+        ),
+        (137, "Error", ""),
+        "{killed:?}"
+    );
     for _ in 0..2 {
         rt.remove_container(api::RemoveContainerRequest {
             container_id: id.clone(),
