@@ -27,6 +27,11 @@ pub type Case<'a> = (&'static str, BoxFuture<'a, ()>);
 impl Suite {
     /// The server, or None (after printing SKIP) without root of some kind.
     pub async fn start(test: &str) -> Option<Suite> {
+        Self::start_with(test, &["--network", "loopback"]).await
+    }
+
+    /// Like [`Suite::start`], `runp serve` getting these network arguments.
+    pub async fn start_with(test: &str, network: &[&str]) -> Option<Suite> {
         if !is_root() {
             skip(test, "root (real or mapped)");
             return None;
@@ -38,7 +43,7 @@ impl Suite {
             .unwrap()
             .import(&fixtures.join("busybox-extra-oci"))
             .unwrap();
-        let served = Served::start(dir.path(), 1).await;
+        let served = Served::start_with(dir.path(), 1, network).await;
         Some(Suite { served, guard, dir })
     }
 
