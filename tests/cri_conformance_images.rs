@@ -100,9 +100,30 @@ async fn images(s: &Suite) {
         assert!(digest.contains("@sha256:"), "{digest}");
     }
     let unknown_id = format!("sha256:{}", "0".repeat(64));
-    for unknown in ["runp.test/none:1", "busybox:no-such-tag", &unknown_id] {
+    // Not valid references either: not present, as containerd answers (not an error).
+    for unknown in [
+        "runp.test/none:1",
+        "busybox:no-such-tag",
+        &unknown_id,
+        "sha256:0123",
+        "Not A Ref",
+    ] {
         assert_eq!(status(s, unknown).await, None, "{unknown}");
     }
+
+    let err = s
+        .rt()
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: "Not A Ref".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("pulling an invalid reference");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    remove(s, "Not A Ref").await;
 
     let extra = status(s, EXTRA).await.expect("busybox-extra");
     assert_eq!(extra.username, "app", "the image's user by name");
