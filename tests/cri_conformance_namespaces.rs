@@ -94,29 +94,37 @@ async fn host_namespaces(s: &Suite, host: bool) {
     );
 }
 
-/// PodPID: one container's processes are visible from another; ContainerPID: they are not.
+/// PodPID: one container's processes are visible from another; ContainerPID: they are not;
+/// TargetPID: a container joins the target container's namespace and sees its processes.
 async fn pid_sharing(s: &Suite) {
-    for (name, mode, visible) in [
-        ("ns-pid-pod", api::NamespaceMode::Pod, true),
-        ("ns-pid-container", api::NamespaceMode::Container, false),
+    use api::NamespaceMode::*;
+    // (pod, pod mode, looker's mode, whether the looker sees the sleeper)
+    for (name, mode, looker_mode, visible) in [
+        ("ns-pid-pod", Pod, Pod, true),
+        ("ns-pid-container", Container, Container, false),
+        ("ns-pid-target", Container, Target, true),
     ] {
         let mut config = s.pod_config(name);
-        let options = api::NamespaceOption {
+        let options = |mode: api::NamespaceMode, target: &str| api::NamespaceOption {
             pid: mode as i32,
+            target_id: target.to_string(),
             ..Default::default()
         };
-        pod_security(&mut config).namespace_options = Some(options.clone());
+        pod_security(&mut config).namespace_options = Some(options(mode, ""));
         let pod = s.pod(config).await;
-        let with = |name: &str, script: &str| {
-            container(name, script, |c| {
-                security(c).namespace_options = Some(options.clone())
-            })
+        let sleeper = container("sleeper", "exec sleep 4321", |c| {
+            security(c).namespace_options = Some(options(mode, ""))
+        });
+        let sleeper = s.run_container(&pod, sleeper).await;
+        let target = if looker_mode == Target {
+            sleeper.as_str()
+        } else {
+            ""
         };
-        s.run_container(&pod, with("sleeper", "exec sleep 4321"))
-            .await;
-        let looker = s
-            .run_container(&pod, with("looker", "exec sleep 1000"))
-            .await;
+        let looker = container("looker", "exec sleep 1000", |c| {
+            security(c).namespace_options = Some(options(looker_mode, target))
+        });
+        let looker = s.run_container(&pod, looker).await;
         let ps = s.sh(&looker, "ps -o args").await;
         assert_eq!(ps.contains("sleep 4321"), visible, "{name}: {ps}");
     }

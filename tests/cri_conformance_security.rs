@@ -312,6 +312,21 @@ async fn privileged(s: &Suite) {
         !out.contains("device"),
         "{device} in an unprivileged container: {out}"
     );
+    let script = "mount -t tmpfs tmpfs /tmp 2>&1 && echo mounted; true";
+    let out = s
+        .output_of(
+            &pod,
+            container("mount", script, |c| security(c).privileged = true),
+        )
+        .await;
+    assert!(out.contains("mounted"), "{out}");
+    let out = s
+        .output_of(&pod, container("no-mount", script, |_| {}))
+        .await;
+    assert!(
+        !out.contains("mounted"),
+        "an unprivileged container mounted: {out}"
+    );
 
     let plain = s.pod(s.pod_config("sec-unpriv")).await;
     let err = s
