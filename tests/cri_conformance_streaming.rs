@@ -15,7 +15,7 @@ mod support;
 use conformance::*;
 use futures::{SinkExt, StreamExt};
 use runp::cri::{RuntimeService, api};
-use streaming::{ExecInput, spdy_exec, ws_connect};
+use streaming::{ExecInput, SpdyClient, spdy_exec, ws_connect};
 use tokio_tungstenite::tungstenite::Message;
 
 const V4: &[&str] = &["v4.channel.k8s.io"];
@@ -103,8 +103,8 @@ async fn exec(s: &Suite) {
     assert!(outcome.stderr.is_empty());
 }
 
-/// Attach to a container that reads its stdin: what is sent arrives, its output comes back,
-/// and the session ends with the container.
+/// Attach to a container that reads its stdin, without and with a TTY: what is sent arrives,
+/// its output comes back, and the session ends with the container.
 async fn attach(s: &Suite) {
     let pod = s.pod(s.pod_config("st-attach")).await;
     let script = "read line; echo got:$line; echo bye >&2";
@@ -140,6 +140,46 @@ async fn attach(s: &Suite) {
     assert_eq!(outcome.stderr, b"bye\n");
     let status = s.wait_exit(&id).await;
     assert_eq!(status.exit_code, 0);
+
+    // With a TTY: one stream, the terminal echoes the input and the output is the container's.
+    let script = "read line; echo got:$line; tty";
+    let id = s
+        .run_container(
+            &pod,
+            container("tty", script, |c| {
+                c.stdin = true;
+                c.stdin_once = true;
+                c.tty = true;
+            }),
+        )
+        .await;
+    let url = s
+        .rt()
+        .attach(api::AttachRequest {
+            container_id: id.clone(),
+            stdin: true,
+            tty: true,
+            stdout: true,
+            stderr: false,
+        })
+        .await
+        .expect("attach url")
+        .url;
+    // As containerd, a TTY attach ends when the client's stdin ends (kubectl attach -it keeps
+    // it open): client-go's streams, stdin left open, the output read until the container exits.
+    let mut client = SpdyClient::connect(&url, V4)
+        .await
+        .expect("upgrade to SPDY");
+    let _error = client.typed_stream("error").await;
+    let stdin = client.typed_stream("stdin").await;
+    let mut stdout = client.typed_stream("stdout").await;
+    let _resize = client.typed_stream("resize").await;
+    stdin.write(b"pong\n");
+    let out = stdout.read_to_end().await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("got:pong"), "{out:?}");
+    assert!(out.contains("/dev/pts/"), "{out:?}");
+    assert_eq!(s.wait_exit(&id).await.exit_code, 0);
 }
 
 /// PortForward reaches a port of the pod's network namespace (a server in a container).
