@@ -27,20 +27,6 @@ async fn cri_conformance_images() {
     s.run(vec![("images", Box::pin(images(&s)))]).await;
 }
 
-async fn status(s: &Suite, name: &str) -> Option<api::Image> {
-    s.rt()
-        .image_status(api::ImageStatusRequest {
-            image: Some(api::ImageSpec {
-                image: name.to_string(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("image status {name}: {e}"))
-        .image
-}
-
 async fn list(s: &Suite) -> Vec<api::Image> {
     s.rt()
         .list_images(api::ListImagesRequest { filter: None })
@@ -62,7 +48,7 @@ async fn remove(s: &Suite, name: &str) {
 }
 
 async fn images(s: &Suite) {
-    let busybox = status(s, BUSYBOX).await.expect("busybox by tag");
+    let busybox = s.image(BUSYBOX).await.expect("busybox by tag");
     assert!(
         busybox.id.starts_with("sha256:") && busybox.id.len() == 71,
         "{busybox:?}"
@@ -89,7 +75,7 @@ async fn images(s: &Suite) {
     ];
     lookups.extend(busybox.repo_digests.iter().cloned());
     for name in &lookups {
-        let found = status(s, name).await;
+        let found = s.image(name).await;
         assert_eq!(
             found.as_ref().map(|i| &i.id),
             Some(&busybox.id),
@@ -108,7 +94,7 @@ async fn images(s: &Suite) {
         "sha256:0123",
         "Not A Ref",
     ] {
-        assert_eq!(status(s, unknown).await, None, "{unknown}");
+        assert_eq!(s.image(unknown).await, None, "{unknown}");
     }
 
     let err = s
@@ -125,7 +111,7 @@ async fn images(s: &Suite) {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     remove(s, "Not A Ref").await;
 
-    let extra = status(s, EXTRA).await.expect("busybox-extra");
+    let extra = s.image(EXTRA).await.expect("busybox-extra");
     assert_eq!(extra.username, "app", "the image's user by name");
     assert_eq!(extra.repo_tags, [EXTRA]);
     let listed = list(s).await;
@@ -156,12 +142,12 @@ async fn images(s: &Suite) {
 
     // By tag: containerd removes every reference of the image.
     remove(s, BUSYBOX_ALIAS).await;
-    assert_eq!(status(s, BUSYBOX).await, None, "the other tag went too");
-    assert_eq!(status(s, &busybox.id).await, None);
+    assert_eq!(s.image(BUSYBOX).await, None, "the other tag went too");
+    assert_eq!(s.image(&busybox.id).await, None);
     remove(s, BUSYBOX_ALIAS).await;
     // By id.
     remove(s, &extra.id).await;
-    assert_eq!(status(s, EXTRA).await, None);
+    assert_eq!(s.image(EXTRA).await, None);
     remove(s, &extra.id).await;
     assert_eq!(list(s).await, Vec::<api::Image>::new());
 }

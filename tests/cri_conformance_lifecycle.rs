@@ -12,7 +12,7 @@ mod serve;
 mod support;
 
 use conformance::*;
-use runp::cri::{ImageService, RuntimeService, api};
+use runp::cri::{RuntimeService, api};
 use serve::status_of;
 use std::collections::HashMap;
 use support::*;
@@ -273,19 +273,7 @@ async fn container_lifecycle(s: &Suite) {
         running.image.as_ref().map(|i| i.image.as_str()),
         Some(BUSYBOX)
     );
-    let image = s
-        .rt()
-        .image_status(api::ImageStatusRequest {
-            image: Some(api::ImageSpec {
-                image: BUSYBOX.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .image
-        .expect("busybox is there");
+    let image = s.image(BUSYBOX).await.expect("busybox is there");
     assert!(
         running.image_ref == image.id || image.repo_digests.contains(&running.image_ref),
         "image_ref {:?} is neither the id nor a digest of {image:?}",

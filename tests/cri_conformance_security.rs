@@ -16,7 +16,7 @@ mod support;
 
 use conformance::*;
 use image::{Compress, LayerBuilder, TestImage, write_oci_layout};
-use runp::cri::{ImageService, api};
+use runp::cri::api;
 use support::*;
 use tonic::Code;
 
@@ -170,34 +170,10 @@ async fn image_users(s: &Suite) {
         id_of(s, &pod, "name-group", NAME_GROUP_IMAGE, |_| {}).await,
         "1000 2000 2000 3000"
     );
-    let status = s
-        .rt()
-        .image_status(api::ImageStatusRequest {
-            image: Some(api::ImageSpec {
-                image: NAME_GROUP_IMAGE.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .image
-        .expect("the image is there");
+    let status = s.image(NAME_GROUP_IMAGE).await.expect("the image is there");
     assert_eq!(status.username, "app", "{status:?}");
     assert_eq!(status.uid, None, "{status:?}");
-    let uid_image = s
-        .rt()
-        .image_status(api::ImageStatusRequest {
-            image: Some(api::ImageSpec {
-                image: UID_GID_IMAGE.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .image
-        .expect("the image is there");
+    let uid_image = s.image(UID_GID_IMAGE).await.expect("the image is there");
     assert_eq!(uid_image.uid, Some(api::Int64Value { value: 1000 }));
     assert_eq!(uid_image.username, "");
 }

@@ -145,6 +145,22 @@ impl Suite {
         id
     }
 
+    /// ImageStatus of `name` (None: not present).
+    pub async fn image(&self, name: &str) -> Option<api::Image> {
+        use runp::cri::ImageService;
+        self.rt()
+            .image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: name.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("image status {name}: {e}"))
+            .image
+    }
+
     pub async fn status(&self, id: &str) -> api::ContainerStatus {
         status_of(self.rt(), id)
             .await
