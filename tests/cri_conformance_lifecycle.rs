@@ -1,8 +1,8 @@
 //! CRI conformance through the gRPC socket of `runp serve`: Version and Status, pod and
 //! container lifecycle with every status field, list filters (id prefix, state, labels),
-//! NotFound for unknown ids, idempotent Stop/Remove, ExecSync (exit codes, timeout), logs
-//! (log path, exited containers, ReopenContainerLog). What critest's runtime_info, pod and
-//! container specs check, as containerd answers them.
+//! NotFound for unknown ids, idempotent Stop/Remove. What critest's runtime_info, pod and
+//! container specs check, as containerd answers them (ExecSync and logs: see
+//! cri_conformance_streaming).
 
 #[path = "support/conformance.rs"]
 mod conformance;
@@ -38,8 +38,6 @@ async fn cri_conformance_lifecycle() {
             "not_found_and_idempotent",
             Box::pin(not_found_and_idempotent(&s)),
         ),
-        ("exec_sync", Box::pin(exec_sync(&s))),
-        ("logs", Box::pin(logs(&s))),
     ])
     .await;
 }
@@ -455,98 +453,4 @@ async fn not_found_and_idempotent(s: &Suite) {
     })
     .await
     .expect("stop a removed pod");
-}
-
-/// ExecSync: output and exit codes as given; a timeout fails the call and kills the process.
-async fn exec_sync(s: &Suite) {
-    let pod = s.pod(s.pod_config("lc-exec")).await;
-    let id = s
-        .run_container(&pod, container("c", "exec sleep 1000", |_| {}))
-        .await;
-    let r = s.exec(&id, &["echo", "hello"]).await;
-    assert_eq!((r.stdout.as_slice(), r.exit_code), (&b"hello\n"[..], 0));
-    let r = s
-        .exec(&id, &["/bin/sh", "-c", "echo oops >&2; exit 7"])
-        .await;
-    assert_eq!((r.stderr.as_slice(), r.exit_code), (&b"oops\n"[..], 7));
-    let err = s
-        .rt()
-        .exec_sync(api::ExecSyncRequest {
-            container_id: id.clone(),
-            cmd: vec!["sleep".into(), "717".into()],
-            timeout: 1,
-        })
-        .await
-        .expect_err("the exec times out");
-    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    let ps = s.sh(&id, "ps -o args").await;
-    assert!(
-        !ps.contains("sleep 717"),
-        "the timed-out process lives on:\n{ps}"
-    );
-    let missing = s
-        .rt()
-        .exec_sync(api::ExecSyncRequest {
-            container_id: id.clone(),
-            cmd: vec!["/no/such/binary".into()],
-            timeout: 5,
-        })
-        .await;
-    match missing {
-        Ok(r) => assert_ne!(r.exit_code, 0, "{r:?}"),
-        Err(e) => assert_ne!(e.code(), Code::Ok),
-    }
-}
-
-/// Logs: CRI format at log_directory/log_path, kept after exit; ReopenContainerLog starts a new
-/// file for a running container and is refused for a stopped one.
-async fn logs(s: &Suite) {
-    let pod = s.pod(s.pod_config("lc-logs")).await;
-    let dir = std::path::PathBuf::from(&pod.1.log_directory);
-    let id = s
-        .run_container(&pod, container("once", "echo out; echo err >&2", |_| {}))
-        .await;
-    s.wait_exit(&id).await;
-    let mut lines = read_log(&dir.join("once.log"), 2).await;
-    lines.sort();
-    assert_eq!(
-        lines,
-        vec![
-            ("stderr".into(), "F".into(), "err".into()),
-            ("stdout".into(), "F".into(), "out".into())
-        ]
-    );
-
-    let script = "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.1; done";
-    let id = s
-        .run_container(&pod, container("loop", script, |_| {}))
-        .await;
-    let log = dir.join("loop.log");
-    read_log(&log, 1).await;
-    let rotated = dir.join("loop.log.1");
-    std::fs::rename(&log, &rotated).unwrap();
-    s.rt()
-        .reopen_container_log(api::ReopenContainerLogRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect("reopen");
-    let fresh = read_log(&log, 1).await;
-    assert!(!fresh.is_empty(), "nothing written to the reopened log");
-    assert!(fresh[0].2.starts_with("line"), "{fresh:?}");
-    s.rt()
-        .stop_container(api::StopContainerRequest {
-            container_id: id.clone(),
-            timeout: 0,
-        })
-        .await
-        .unwrap();
-    let err = s
-        .rt()
-        .reopen_container_log(api::ReopenContainerLogRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect_err("reopen of a stopped container");
-    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
 }
