@@ -7,23 +7,24 @@
 //! before pivot_root (where libcontainer runs createContainer hooks).
 
 use nix::mount::{MsFlags, mount};
+use rustix::fs::{Mode, OFlags, ResolveFlags, openat2};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PropagationError {
     #[error("mount propagation argument {0:?} is not private:PATH or slave:PATH")]
     BadArgument(String),
-    #[error("mount {path:?} resolves to {} outside the rootfs", resolved.display())]
-    Escapes { path: String, resolved: PathBuf },
-    #[error("cannot resolve mount {}: {source}", path.display())]
+    #[error("cannot open {} in the rootfs {}: {source}", path, root.display())]
     Resolve {
-        path: PathBuf,
+        path: String,
+        root: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot make {} {mode}: {source}", path.display())]
+    #[error("cannot make {path} {mode}: {source}")]
     Mount {
-        path: PathBuf,
+        path: String,
         mode: String,
         #[source]
         source: nix::Error,
@@ -31,14 +32,21 @@ pub enum PropagationError {
 }
 
 /// Applies each `MODE:PATH` (PATH inside the container, parents listed before children)
-/// recursively to the mount at `rootfs`/PATH.
+/// recursively to the mount at PATH, resolved inside `rootfs` as libcontainer resolved it
+/// (symlinks, absolute ones too, stay in the rootfs: `RESOLVE_IN_ROOT`), through the opened
+/// fd so nothing can be swapped in between.
 pub fn apply_mount_propagation(rootfs: &Path, mounts: &[String]) -> Result<(), PropagationError> {
-    let root = rootfs
-        .canonicalize()
-        .map_err(|source| PropagationError::Resolve {
-            path: rootfs.to_path_buf(),
-            source,
-        })?;
+    let resolve_err = |path: &str, source: rustix::io::Errno| PropagationError::Resolve {
+        path: path.to_string(),
+        root: rootfs.to_path_buf(),
+        source: source.into(),
+    };
+    let root = rustix::fs::open(
+        rootfs,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| resolve_err("/", e))?;
     for arg in mounts {
         let (mode, path) = arg
             .split_once(':')
@@ -48,31 +56,57 @@ pub fn apply_mount_propagation(rootfs: &Path, mounts: &[String]) -> Result<(), P
             "slave" => MsFlags::MS_SLAVE,
             _ => return Err(PropagationError::BadArgument(arg.clone())),
         };
-        let joined = root.join(path.trim_start_matches('/'));
-        let resolved = joined
-            .canonicalize()
-            .map_err(|source| PropagationError::Resolve {
-                path: joined.clone(),
-                source,
-            })?;
-        if !resolved.starts_with(&root) {
-            return Err(PropagationError::Escapes {
-                path: path.to_string(),
-                resolved,
-            });
-        }
+        let fd = open_in_root(&root, path).map_err(|e| resolve_err(path, e))?;
+        let target = format!("/proc/self/fd/{}", fd.as_raw_fd());
         mount(
             None::<&str>,
-            &resolved,
+            target.as_str(),
             None::<&str>,
             flags | MsFlags::MS_REC,
             None::<&str>,
         )
         .map_err(|source| PropagationError::Mount {
-            path: resolved.clone(),
+            path: path.to_string(),
             mode: mode.to_string(),
             source,
         })?;
     }
     Ok(())
+}
+
+/// An O_PATH fd of `path` resolved inside the directory `root` (absolute symlinks and `..`
+/// stay in it).
+fn open_in_root(root: &impl AsFd, path: &str) -> rustix::io::Result<OwnedFd> {
+    openat2(
+        root,
+        path.trim_start_matches('/'),
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_inside_the_rootfs_through_absolute_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("real/dir")).unwrap();
+        std::os::unix::fs::symlink("/real", root.join("link")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("up")).unwrap();
+        let root_fd =
+            rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let at = |path: &str| {
+            let fd = open_in_root(&root_fd, path).unwrap();
+            std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap()
+        };
+        let real = root.canonicalize().unwrap().join("real/dir");
+        assert_eq!(at("/link/dir"), real);
+        assert_eq!(at("/up/../../link/dir"), real);
+        assert_eq!(at("/up"), root.canonicalize().unwrap());
+        assert!(open_in_root(&root_fd, "/link/missing").is_err());
+    }
 }
