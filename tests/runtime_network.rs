@@ -12,7 +12,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CNI_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
 
@@ -53,38 +52,6 @@ async fn pod_ip(env: &Env, id: &str) -> String {
         .network
         .unwrap()
         .ip
-}
-
-/// An HTTP server on port 8080 serving `body` at /index.html.
-fn web(name: &str, body: &str) -> api::ContainerConfig {
-    shell(
-        name,
-        &format!(
-            "mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
-        ),
-    )
-}
-
-/// GET /index.html from `addr`, retried until the server answers (hang guard 20 s).
-async fn http_get(addr: SocketAddr) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let attempt = async {
-            let mut s = tokio::net::TcpStream::connect(addr).await?;
-            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").await?;
-            let mut out = String::new();
-            s.read_to_string(&mut out).await?;
-            Ok::<_, std::io::Error>(out)
-        };
-        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
-            Ok(Ok(out)) if out.contains("200 OK") => return out,
-            other => assert!(
-                tokio::time::Instant::now() < deadline,
-                "no HTTP answer from {addr}: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The container id holding the host-local lease of `ip`, if any.

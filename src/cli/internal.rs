@@ -16,6 +16,14 @@ pub enum InternalCommand {
     /// Run one process inside a running container (started by the runtime).
     #[command(hide = true, name = "exec-helper")]
     ExecHelper,
+    /// Give CRI mounts their propagation (the OCI createContainer hook of a container).
+    #[command(hide = true, name = "mount-propagation")]
+    MountPropagation {
+        /// The container's rootfs.
+        rootfs: PathBuf,
+        /// `private:PATH` or `slave:PATH`, parents first.
+        mounts: Vec<String>,
+    },
 }
 
 pub fn run(cmd: InternalCommand) -> ExitCode {
@@ -26,6 +34,16 @@ pub fn run(cmd: InternalCommand) -> ExitCode {
         }),
         // stderr is the agent's: only say something when it matters.
         InternalCommand::ExecHelper => runp::jail::run_exec_helper(|| init_tracing("error")),
+        // stderr is the shim's: libcontainer logs a failed hook with it.
+        InternalCommand::MountPropagation { rootfs, mounts } => {
+            match runp::jail::apply_mount_propagation(&rootfs, &mounts) {
+                Ok(()) => 0,
+                Err(err) => {
+                    eprintln!("runp mount-propagation: {err}");
+                    1
+                }
+            }
+        }
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(u8::MAX))
 }

@@ -54,14 +54,16 @@ fn spec_image(spec: Option<&api::ImageSpec>) -> &str {
     spec.map(|s| s.image.as_str()).unwrap_or("")
 }
 
-/// Finds an image, treating "no such image" as `None`.
+/// Finds an image, treating "no such image" as `None`, and a name that is no valid reference
+/// too: containerd resolves such a name locally as not present (ImageStatus answers empty,
+/// RemoveImage succeeds); only PullImage refuses it.
 fn find(store: &ImageStore, image: &str) -> Result<Option<ImageRecord>, ImageError> {
     let Some(key) = lookup_key(image) else {
         return Ok(None);
     };
     match store.resolve(&key) {
         Ok(record) => Ok(Some(record)),
-        Err(ImageError::NotFound(_)) => Ok(None),
+        Err(ImageError::NotFound(_) | ImageError::InvalidReference { .. }) => Ok(None),
         Err(err) => Err(err),
     }
 }

@@ -21,6 +21,7 @@ mod leftovers;
 mod namespaces;
 mod netns;
 mod proc;
+mod propagation;
 mod shim;
 mod spawn;
 
@@ -35,6 +36,7 @@ pub use proc::{
     exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
     read_start_record, request_log_reopen,
 };
+pub use propagation::{PropagationError, apply_mount_propagation};
 pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
 pub use shim::run_shim;
 pub use spawn::{spawn_exec, spawn_program, spawn_shim};

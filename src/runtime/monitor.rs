@@ -56,10 +56,9 @@ pub fn apply_exit(record: &mut ContainerRecord, exit: Option<&ExitRecord>, now: 
                 "Error"
             }
             .to_string();
-            record.message = match exit.signal {
-                Some(sig) => format!("killed by signal {sig}"),
-                None => String::new(),
-            };
+            // containerd leaves the message empty for an exit, signalled or not: kubelet
+            // prefixes a non-empty one to the container's termination message.
+            record.message = String::new();
         }
         None => {
             record.exit_code = UNKNOWN_EXIT_CODE;
@@ -204,6 +203,12 @@ mod tests {
             apply_exit(&mut r, exit.as_ref(), 99);
             assert_eq!(r.state, ContainerState::Exited);
             assert_eq!((r.exit_code, r.reason.as_str()), (code, reason));
+            assert_eq!(
+                r.message.is_empty(),
+                exit.is_some(),
+                "{reason}: {:?}",
+                r.message
+            );
             assert_eq!(r.finished_at, if exit.is_some() { 77 } else { 99 });
         }
     }

@@ -217,3 +217,36 @@ pub(super) fn release_leftover_networks(rt: &Path) {
         }
     });
 }
+
+/// An HTTP server on port 8080 serving `body` at /index.html.
+pub fn web(name: &str, body: &str) -> runp::cri::api::ContainerConfig {
+    super::shell(
+        name,
+        &format!(
+            "mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
+        ),
+    )
+}
+
+/// GET /index.html from `addr`, retried until the server answers (hang guard 20 s).
+pub async fn http_get(addr: std::net::SocketAddr) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let attempt = async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await?;
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").await?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await?;
+            Ok::<_, std::io::Error>(out)
+        };
+        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(out)) if out.contains("200 OK") => return out,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no HTTP answer from {addr}: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

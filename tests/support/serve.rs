@@ -19,6 +19,11 @@ pub struct Served {
 
 impl Served {
     pub async fn start(dir: &Path, run: usize) -> Served {
+        Self::start_with(dir, run, &["--network", "loopback"]).await
+    }
+
+    /// Like [`Served::start`] with these network arguments instead of `--network loopback`.
+    pub async fn start_with(dir: &Path, run: usize, network: &[&str]) -> Served {
         let socket = dir.join("cri.sock");
         let log = dir.join(format!("serve-{run}.log"));
         let file = std::fs::File::create(&log).unwrap();
@@ -30,7 +35,8 @@ impl Served {
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
-            .args(["--network", "loopback", "--streaming-addr", "127.0.0.1:0"])
+            .args(network)
+            .args(["--streaming-addr", "127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().unwrap())

@@ -219,6 +219,7 @@ impl ProcessRuntime {
             .linux
             .as_ref()
             .and_then(|l| l.security_context.as_ref());
+        spec::security::check_apparmor(security)?;
         let localhost_seccomp = match spec::seccomp::seccomp_choice(security)? {
             spec::seccomp::SeccompChoice::Localhost(path) => {
                 Some(std::fs::read_to_string(&path).map_err(|e| {
@@ -242,6 +243,7 @@ impl ProcessRuntime {
             ids: &self.ids,
             localhost_seccomp: localhost_seccomp.as_deref(),
             cgroup_mounts: &crate::runtime::cgroups::host_cgroup_mounts(),
+            runp_exe: Some(&self.runp_exe),
         })?;
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;

@@ -54,6 +54,9 @@ pub struct SpecInputs<'a> {
     /// Names of the host's cgroup mounts under /sys/fs/cgroup (v1: `pids`, `cpu,cpuacct`...;
     /// empty with v2), made read-only in unprivileged containers.
     pub cgroup_mounts: &'a [String],
+    /// The runp binary, run as the createContainer hook that applies mount propagation
+    /// ([`mounts::propagation_hook`]); None: no hook.
+    pub runp_exe: Option<&'a Path>,
 }
 
 /// The bundle's config.json plus what the runtime keeps beside it.
@@ -309,7 +312,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         .set_masked_paths(Some(masked))
         .set_readonly_paths(Some(readonly))
         .set_resources(None)
-        .set_devices(None)
+        .set_devices((privileged && !inputs.rootless).then(security::host_devices))
         .set_cgroups_path(None)
         .set_seccomp(seccomp)
         .set_rootfs_propagation(mounts::rootfs_propagation(&config.mounts).map(str::to_string));
@@ -351,7 +354,16 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
         // The container joins the pod's UTS namespace: its hostname is the pod's.
         .set_hostname(None)
         .set_domainname(None)
-        .set_hooks(None)
+        .set_hooks(
+            inputs
+                .runp_exe
+                .and_then(|exe| mounts::propagation_hook(exe, inputs.rootfs, &config.mounts))
+                .map(|hook| {
+                    let mut hooks = oci_spec::runtime::Hooks::default();
+                    hooks.set_create_container(Some(vec![hook]));
+                    hooks
+                }),
+        )
         .set_process(Some(proc))
         .set_mounts(Some(mounts))
         .set_linux(Some(linux))

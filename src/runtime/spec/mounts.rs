@@ -4,7 +4,7 @@
 
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
-use oci_spec::runtime::Mount;
+use oci_spec::runtime::{Hook, HookBuilder, Mount};
 use std::path::{Component, Path, PathBuf};
 
 /// Pod-level files every container of the pod shares.
@@ -133,18 +133,54 @@ fn check_container_path(path: &str) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
-/// The rootfs propagation the CRI mounts need (rshared for Bidirectional, else rslave for
-/// HostToContainer), None for private-only mounts.
+/// The rootfs propagation the CRI mounts need (shared for Bidirectional, else slave for
+/// HostToContainer), None for private-only mounts. Always applied recursively: libcontainer
+/// knows only "shared", "private", "slave" and "unbindable" here (and adds MS_REC itself), and
+/// refuses runc's "rshared"/"rslave" at container start.
 pub fn rootfs_propagation(cri: &[api::Mount]) -> Option<&'static str> {
     use api::MountPropagation as P;
     let props: Vec<i32> = cri.iter().map(|m| m.propagation).collect();
     if props.contains(&(P::PropagationBidirectional as i32)) {
-        Some("rshared")
+        Some("shared")
     } else if props.contains(&(P::PropagationHostToContainer as i32)) {
-        Some("rslave")
+        Some("slave")
     } else {
         None
     }
+}
+
+/// The createContainer hook (`runp mount-propagation`, see `jail::apply_mount_propagation`)
+/// that makes private and HostToContainer CRI mounts private and slave in the container, parents
+/// first; None when no mount needs it (Bidirectional ones stay in the host's peer group).
+pub fn propagation_hook(runp_exe: &Path, rootfs: &Path, cri: &[api::Mount]) -> Option<Hook> {
+    use api::MountPropagation as P;
+    let mut mounts: Vec<(usize, String)> = cri
+        .iter()
+        .filter_map(|m| {
+            let mode = match P::try_from(m.propagation) {
+                Ok(P::PropagationPrivate) => "private",
+                Ok(P::PropagationHostToContainer) => "slave",
+                _ => return None,
+            };
+            let depth = Path::new(&m.container_path).components().count();
+            Some((depth, format!("{mode}:{}", m.container_path)))
+        })
+        .collect();
+    if mounts.is_empty() {
+        return None;
+    }
+    mounts.sort_by_key(|(depth, _)| *depth);
+    let mut args = vec![
+        "runp".to_string(),
+        "mount-propagation".to_string(),
+        rootfs.display().to_string(),
+    ];
+    args.extend(mounts.into_iter().map(|(_, arg)| arg));
+    HookBuilder::default()
+        .path(runp_exe.to_path_buf())
+        .args(args)
+        .build()
+        .ok()
 }
 
 /// CRI mounts as OCI bind mounts, parents before children (sorted by depth, stable).
@@ -292,10 +328,10 @@ mod tests {
             .find(|m| m.destination() == Path::new("/etc/hosts"))
             .unwrap();
         assert_eq!(hosts.source().clone().unwrap(), PathBuf::from("/k/hosts"));
-        assert_eq!(rootfs_propagation(&user), Some("rslave"));
+        assert_eq!(rootfs_propagation(&user), Some("slave"));
         assert_eq!(rootfs_propagation(&user[..1]), None);
         let shared = vec![cri("/x", "/y", false, P::PropagationBidirectional)];
-        assert_eq!(rootfs_propagation(&shared), Some("rshared"));
+        assert_eq!(rootfs_propagation(&shared), Some("shared"));
     }
 
     #[test]

@@ -4,9 +4,12 @@
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
 use oci_spec::runtime::{
-    Capabilities, Capability, LinuxCapabilities, LinuxDeviceCgroup, LinuxDeviceCgroupBuilder,
-    PosixRlimit, PosixRlimitBuilder, PosixRlimitType,
+    Capabilities, Capability, LinuxCapabilities, LinuxDevice, LinuxDeviceBuilder,
+    LinuxDeviceCgroup, LinuxDeviceCgroupBuilder, LinuxDeviceType, PosixRlimit, PosixRlimitBuilder,
+    PosixRlimitType,
 };
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
 use std::str::FromStr;
 
 /// The device cgroup of a container, as runc's: unprivileged ones start from "deny all"
@@ -19,6 +22,56 @@ pub fn device_cgroup_rules(privileged: bool) -> Result<Vec<LinuxDeviceCgroup>> {
         .build()
         .map_err(|e| RuntimeError::Internal(format!("device cgroup rule: {e}")))?;
     Ok(vec![rule])
+}
+
+/// The host's device nodes, which a privileged container gets as containerd's
+/// `WithHostDevices` (runc's `HostDevices`) hands them: every character and block device under
+/// /dev, except under pts, shm, fd and mqueue, and the console (the container has its own).
+pub fn host_devices() -> Vec<LinuxDevice> {
+    let mut devices = Vec::new();
+    collect_devices(Path::new("/dev"), &mut devices);
+    devices
+}
+
+fn collect_devices(dir: &Path, devices: &mut Vec<LinuxDevice>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let (path, name) = (entry.path(), entry.file_name());
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = meta.file_type();
+        let typ = if kind.is_dir() {
+            let skipped = ["pts", "shm", "fd", "mqueue", ".lxc", ".lxd-mounts", ".udev"];
+            if !skipped.iter().any(|s| name == *s) {
+                collect_devices(&path, devices);
+            }
+            continue;
+        } else if name == "console" {
+            continue;
+        } else if kind.is_char_device() {
+            LinuxDeviceType::C
+        } else if kind.is_block_device() {
+            LinuxDeviceType::B
+        } else {
+            continue;
+        };
+        let rdev = meta.rdev();
+        if let Ok(device) = LinuxDeviceBuilder::default()
+            .path(path)
+            .typ(typ)
+            .major(i64::from(libc::major(rdev)))
+            .minor(i64::from(libc::minor(rdev)))
+            .file_mode(meta.mode() & 0o7777)
+            .uid(meta.uid())
+            .gid(meta.gid())
+            .build()
+        {
+            devices.push(device);
+        }
+    }
 }
 
 /// Removes `cap` from every set.
@@ -85,6 +138,32 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
     "/proc/sys",
     "/proc/sysrq-trigger",
 ];
+
+/// runp applies no AppArmor profile. Like containerd on a host without AppArmor, a profile
+/// that would confine the container (`Localhost`, or any other named profile) is refused, so it
+/// is never silently not applied; unconfined and the runtime's default (here: none) are accepted.
+pub fn check_apparmor(security: Option<&api::LinuxContainerSecurityContext>) -> Result<()> {
+    let Some(sc) = security else {
+        return Ok(());
+    };
+    let refused = |what: &str| {
+        Err(RuntimeError::invalid(format!(
+            "apparmor is not supported: cannot apply apparmor profile {what}"
+        )))
+    };
+    if let Some(profile) = &sc.apparmor {
+        return match api::security_profile::ProfileType::try_from(profile.profile_type) {
+            Ok(api::security_profile::ProfileType::RuntimeDefault)
+            | Ok(api::security_profile::ProfileType::Unconfined) => Ok(()),
+            _ => refused(&format!("{:?}", profile.localhost_ref)),
+        };
+    }
+    #[allow(deprecated)]
+    match sc.apparmor_profile.as_str() {
+        "" | "unconfined" | "runtime/default" => Ok(()),
+        other => refused(&format!("{other:?}")),
+    }
+}
 
 /// containerd's default open-files limit.
 pub const DEFAULT_NOFILE: u64 = 1_048_576;

@@ -76,6 +76,7 @@ impl Case {
             ids: &IdMapping::host(),
             localhost_seccomp: self.localhost_seccomp,
             cgroup_mounts: &["pids".to_string(), "cpu,cpuacct".to_string()],
+            runp_exe: Some(Path::new("/usr/bin/runp")),
         })
     }
 }
