@@ -317,7 +317,7 @@ async fn mount_propagation(s: &Suite) {
             .await
             .unwrap();
     }
-    let mut under = serve::mounts_under(&base);
+    let mut under = support::mounts_under(&base);
     under.sort_by(|a, b| b.cmp(a));
     for m in under {
         umount2(m.as_str(), MntFlags::MNT_DETACH).unwrap();
