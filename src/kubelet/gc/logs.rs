@@ -116,13 +116,10 @@ pub async fn rotate_container_log(
     if !plan.rotate {
         return Ok(false);
     }
-    let stamp = chrono::DateTime::<chrono::Utc>::from(now).format(TIMESTAMP_FORMAT);
-    let target = dir.join(format!("{prefix}{stamp}"));
-    if target.exists() {
-        // Rotated already this second (names have second resolution): renaming now would
-        // overwrite that file, so the live one waits for a later check.
+    let Some(target) = rotated_name(dir, &prefix, now) else {
+        // Rotated already this millisecond: the live file waits for the next check.
         return Ok(false);
-    }
+    };
     std::fs::rename(live, &target)?;
     if let Err(status) = runtime
         .reopen_container_log(api::ReopenContainerLogRequest {
@@ -198,6 +195,26 @@ pub async fn rotate_all(
         }
     }
     Ok(rotated)
+}
+
+/// `<prefix><timestamp>` as kubelet names a rotated log (second resolution); when that name (or
+/// its `.gz`) is taken, because a flood rotates more than once a second, the milliseconds are
+/// appended: `X` sorts before `X.123`, and renaming over `X` would lose it. None when both are
+/// taken.
+fn rotated_name(dir: &Path, prefix: &str, now: SystemTime) -> Option<PathBuf> {
+    let at = chrono::DateTime::<chrono::Utc>::from(now);
+    let stamp = at.format(TIMESTAMP_FORMAT);
+    let millis = at.timestamp_subsec_millis();
+    [
+        format!("{prefix}{stamp}"),
+        format!("{prefix}{stamp}.{millis:03}"),
+    ]
+    .into_iter()
+    .map(|name| dir.join(name))
+    .find(|path| {
+        let gz = format!("{}{GZ_SUFFIX}", path.display());
+        !path.exists() && !Path::new(&gz).exists()
+    })
 }
 
 #[cfg(test)]
@@ -305,9 +322,10 @@ mod tests {
         assert!(text.starts_with("round 3"), "{text}");
     }
 
-    /// Two rotations within one second: the second waits, the first file is not overwritten.
+    /// Rotations within one second (a log flood with a short check period) take names with
+    /// milliseconds and overwrite nothing; a third within the same millisecond waits.
     #[tokio::test(start_paused = true)]
-    async fn a_second_rotation_in_the_same_second_waits() {
+    async fn rotations_within_a_second_keep_every_file() {
         let dir = tempfile::tempdir().unwrap();
         let live = dir.path().join("0.log");
         let runtime = FakeRuntime::new(Arc::new(FakeClock::new()));
@@ -316,7 +334,8 @@ mod tests {
         for (round, at) in [
             (0, now),
             (1, now),
-            (2, now + std::time::Duration::from_secs(1)),
+            (2, now),
+            (3, now + std::time::Duration::from_secs(1)),
         ] {
             // Appended: what did not rotate stays in the live file.
             let mut file = std::fs::OpenOptions::new()
@@ -332,13 +351,35 @@ mod tests {
                     .unwrap(),
             );
         }
-        assert_eq!(got, [true, false, true]);
-        let first = std::fs::read_to_string(dir.path().join("0.log.20231114-221320")).unwrap();
-        assert!(first.starts_with("round 0"), "{first}");
-        let second = std::fs::read_to_string(dir.path().join("0.log.20231114-221321")).unwrap();
-        assert!(
-            second.starts_with("round 1"),
-            "the waiting file rotated later: {second}"
+        assert_eq!(got, [true, true, false, true]);
+        // Plain, or compressed by a later round.
+        let read = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::read_to_string(&path).unwrap_or_else(|_| {
+                let gz = std::fs::File::open(format!("{}.gz", path.display())).unwrap();
+                let mut text = String::new();
+                io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut text).unwrap();
+                text
+            })
+        };
+        assert!(read("0.log.20231114-221320").starts_with("round 0"));
+        assert!(read("0.log.20231114-221320.000").starts_with("round 1"));
+        let waited = read("0.log.20231114-221321");
+        assert!(waited.starts_with("round 2"), "rotated later: {waited}");
+        // Oldest first, whatever got compressed.
+        let plan = plan_rotation(
+            0,
+            100,
+            &[
+                "0.log.20231114-221320.000".into(),
+                "0.log.20231114-221321".into(),
+                "0.log.20231114-221320.gz".into(),
+            ],
+            3,
+        );
+        assert_eq!(
+            plan.remove,
+            ["0.log.20231114-221320.gz", "0.log.20231114-221320.000"]
         );
     }
 }
