@@ -49,6 +49,8 @@ pub struct ConfigFile {
     pub runtime: Option<String>,
     pub runtime_endpoint: Option<String>,
     pub listen: Option<String>,
+    /// Group (name or gid) the CRI socket opens to (`--socket-group`).
+    pub socket_group: Option<String>,
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
     #[serde(rename = "nodeIP")]
@@ -128,6 +130,7 @@ imageGCLowThresholdPercent: 80      # --image-gc-low-threshold
 runtime: process                    # --runtime
 # runtimeEndpoint: unix:///run/containerd/containerd.sock   # --runtime-endpoint (remote)
 # listen: unix:///var/lib/runp/runp.sock                    # --listen: the agent's CRI socket
+# socketGroup: runp                 # --socket-group: socket 0660 for this group (else 0600)
 
 # Pod network (runtime: process).
 network: auto                       # --network: auto, cni or loopback
@@ -266,6 +269,7 @@ impl ConfigFile {
         one("--runtime", self.runtime.clone());
         one("--runtime-endpoint", self.runtime_endpoint.clone());
         one("--listen", self.listen.clone());
+        one("--socket-group", self.socket_group.clone());
         one("--kubeconfig", show(&self.kubeconfig));
         one("--node-name", self.node_name.clone());
         one("--node-ip", self.node_ip.map(|v| v.to_string()));
@@ -438,6 +442,9 @@ mod tests {
             get("--authorization-mode"),
             Some(vec!["Webhook".to_string()])
         );
+        assert_eq!(get("--socket-group"), None, "0600 by default");
+        let group = ConfigFile::parse("socketGroup: runp\n").unwrap().flags();
+        assert_eq!(group, vec![("--socket-group", vec!["runp".to_string()])]);
     }
 
     #[test]
