@@ -237,9 +237,18 @@ impl LogReader {
                 return Ok(());
             }
             if rotated {
-                // The old file is read to its end: go on with the new one.
+                // The old file is read to its end: go on with the one written after it.
                 rotated = false;
-                match tokio::fs::File::open(&self.path).await {
+                let ours = reader
+                    .get_ref()
+                    .metadata()
+                    .await
+                    .map_err(|e| self.error(e))?;
+                let next = match ours.created() {
+                    Ok(created) => next_log_file(&self.path, created),
+                    Err(_) => self.path.clone(),
+                };
+                match tokio::fs::File::open(&next).await {
                     Ok(file) => {
                         reader = BufReader::with_capacity(READ, file);
                         line.clear();
@@ -299,6 +308,32 @@ impl LogReader {
         }
         Ok(Step::Again)
     }
+}
+
+/// The file written after the one that was created at `current`: the oldest plain log file
+/// (rotated or live) created after it, when the log rotated again before the old one was read
+/// to its end (a flood rotates several times a second), else the live one. Creation time, not
+/// names: the old file may have been renamed again or compressed meanwhile. Compressed files
+/// are skipped.
+fn next_log_file(live: &std::path::Path, current: std::time::SystemTime) -> PathBuf {
+    let (Some(dir), Some(base)) = (live.parent(), live.file_name().and_then(|b| b.to_str())) else {
+        return live.to_path_buf();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return live.to_path_buf();
+    };
+    let prefix = format!("{base}.");
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n == base || (n.starts_with(&prefix) && !n.ends_with(".gz") && !n.ends_with(".tmp"))
+            })
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.created().ok()?, e.path())))
+        .filter(|(created, _)| *created > current)
+        .min_by_key(|(created, _)| *created)
+        .map_or_else(|| live.to_path_buf(), |(_, path)| path)
 }
 
 #[cfg(test)]
@@ -499,5 +534,42 @@ mod tests {
             text[offset..].iter().filter(|b| **b == b'\n').count(),
             15_000
         );
+    }
+
+    #[test]
+    fn a_follower_goes_on_with_the_file_written_after_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("0.log");
+        let path = |name: &str| dir.path().join(name);
+        let created = |name: &str| std::fs::metadata(path(name)).unwrap().created().unwrap();
+        // Written in this order, each renamed by a rotation.
+        for name in [
+            "0.log.20261207-080001",
+            "0.log.20261207-080001.250",
+            "0.log.20261207-080001.500",
+            "0.log",
+        ] {
+            std::fs::write(path(name), name).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let first = created("0.log.20261207-080001");
+        // The first was compressed meanwhile: the follower still finds the one after it.
+        std::fs::rename(
+            path("0.log.20261207-080001"),
+            path("0.log.20261207-080001.gz"),
+        )
+        .unwrap();
+        assert_eq!(
+            next_log_file(&live, first),
+            path("0.log.20261207-080001.250")
+        );
+        let second = created("0.log.20261207-080001.250");
+        assert_eq!(
+            next_log_file(&live, second),
+            path("0.log.20261207-080001.500")
+        );
+        let third = created("0.log.20261207-080001.500");
+        assert_eq!(next_log_file(&live, third), live);
+        assert_eq!(next_log_file(&live, created("0.log")), live);
     }
 }
