@@ -139,6 +139,13 @@ async fn run_as_user_and_group(s: &Suite) {
         with_group.split(' ').skip(2).any(|g| g == "2345"),
         "{with_group}"
     );
+    // A group alone names no user: containerd's "user group is specified without user".
+    let lone = container("lone-group", "true", |c| {
+        security(c).run_as_group = uid(2345)
+    });
+    let refused = s.create(&pod, lone).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("without user"), "{refused:?}");
     assert_eq!(
         id_of(s, &pod, "username", BUSYBOX, |c| security(c)
             .run_as_username =

@@ -11,7 +11,7 @@ use crate::kubelet::environment::{ContainerMounts, PodEnvironment};
 use crate::kubelet::events::{PodEvents, reason as event};
 use crate::kubelet::podconfig::volumes::termination::termination_log_mount;
 use crate::kubelet::podconfig::{
-    ContainerInputs, ObjectSource, container_config, pod_identity, sandbox_config,
+    ContainerInputs, ImageUser, ObjectSource, container_config, pod_identity, sandbox_config,
 };
 use crate::kubelet::prober::handlers::{Handlers, Target};
 use crate::kubelet::runtime_pod::{ContainerView, RunState, RuntimePod};
@@ -458,10 +458,23 @@ impl Executor {
         {
             container_mounts.push(mount);
         }
+        let image_user = self
+            .images
+            .image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: image_ref.clone(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .map(|r| ImageUser::of(r.image.as_ref()))
+            .map_err(|s| config_error(format!("image status of {image_ref}: {}", s.message())))?;
         let inputs = ContainerInputs {
             pod,
             container,
             image_ref: &image_ref,
+            image_user,
             restart_count,
             is_init,
             pod_ip: sandbox.pod_ip.as_deref(),

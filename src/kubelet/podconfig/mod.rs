@@ -77,12 +77,44 @@ pub enum PodEvent {
     ObjectsChanged,
 }
 
+/// Who the image runs as, from ImageStatus: kubelet's `getImageUser`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageUser {
+    pub uid: Option<i64>,
+    /// The image's user name when it names no uid.
+    pub username: String,
+}
+
+impl ImageUser {
+    /// The image's uid, else its user name, else root (an image that names no user runs as
+    /// root, and kubelet says so to the runtime).
+    pub fn of(image: Option<&crate::cri::api::Image>) -> ImageUser {
+        match image {
+            Some(i) if i.uid.is_some() => ImageUser {
+                uid: i.uid.as_ref().map(|v| v.value),
+                username: String::new(),
+            },
+            Some(i) if !i.username.is_empty() => ImageUser {
+                uid: None,
+                username: i.username.clone(),
+            },
+            _ => ImageUser {
+                uid: Some(0),
+                username: String::new(),
+            },
+        }
+    }
+}
+
 /// Inputs of [`container_config`] besides the pod itself.
 pub struct ContainerInputs<'a> {
     pub pod: &'a Pod,
     pub container: &'a Container,
     /// The image as resolved by the image service (an image id or normalized reference).
     pub image_ref: &'a str,
+    /// Who the image runs as: the security context's default user, and what runAsNonRoot
+    /// checks.
+    pub image_user: ImageUser,
     pub restart_count: u32,
     pub is_init: bool,
     pub pod_ip: Option<&'a str>,

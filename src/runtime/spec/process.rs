@@ -233,6 +233,18 @@ pub fn resolve_user(
     };
     let by_uid = |uid: u32| passwd_entries(passwd).find(|e| e.uid == uid);
 
+    if let Some(sc) = security
+        && let Some(group) = &sc.run_as_group
+        && sc.run_as_user.is_none()
+        && sc.run_as_username.is_empty()
+    {
+        // containerd's generateUserString: a group alone names no user (kubelet always sends
+        // the image's user with it).
+        return Err(RuntimeError::invalid(format!(
+            "user group \"{}\" is specified without user",
+            group.value
+        )));
+    }
     let mut explicit_group: Option<u32> = None;
     let (uid, mut gid) = match security {
         Some(sc) if !sc.run_as_username.is_empty() => lookup_name(&sc.run_as_username)?,

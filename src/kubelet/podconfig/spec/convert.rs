@@ -244,7 +244,12 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(container_resources(pod, container, node.memory_bytes)),
-            security_context: Some(container_security_context(pod, container, inputs.config)?),
+            security_context: Some(container_security_context(
+                pod,
+                container,
+                inputs.config,
+                &inputs.image_user,
+            )?),
         }),
         ..Default::default()
     })

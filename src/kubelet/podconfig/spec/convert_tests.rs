@@ -1,6 +1,7 @@
 //! What the kubelet would send the runtime for a representative pod.
 
 use super::*;
+use crate::kubelet::podconfig::ImageUser;
 use crate::kubelet::podconfig::spec::defaults::apply_pod_defaults;
 use crate::kubelet::podconfig::test_objects::Objects;
 use serde_json::json;
@@ -142,6 +143,10 @@ fn inputs<'a>(
         pod,
         container: &pod.spec.as_ref().unwrap().containers[0],
         image_ref: "sha256:abc",
+        image_user: ImageUser {
+            uid: Some(1234),
+            username: String::new(),
+        },
         restart_count: 3,
         is_init: false,
         pod_ip: Some("10.1.2.3"),

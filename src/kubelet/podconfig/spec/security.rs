@@ -3,7 +3,7 @@
 
 use crate::cri::api;
 use crate::kubelet::config::AgentConfig;
-use crate::kubelet::podconfig::PodConfigError;
+use crate::kubelet::podconfig::{ImageUser, PodConfigError};
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
 };
@@ -232,18 +232,20 @@ pub fn verify_run_as_non_root(
     }
 }
 
-/// The container's CRI security context.
+/// The container's CRI security context. Without a runAsUser it names the image's user
+/// (kubelet's determineEffectiveSecurityContext), so a runAsGroup always comes with a user.
 pub fn container_security_context(
     pod: &Pod,
     container: &Container,
     config: &AgentConfig,
+    image_user: &ImageUser,
 ) -> Result<api::LinuxContainerSecurityContext, PodConfigError> {
-    verify_run_as_non_root(pod, container, None, "")?;
+    verify_run_as_non_root(pod, container, image_user.uid, &image_user.username)?;
     let sc = effective_security_context(pod, container);
-    if sc.run_as_group.is_some() && sc.run_as_user.is_none() {
-        // CRI: run_as_group needs run_as_user; the image's user is resolved by the runtime.
-        tracing::debug!(container = %container.name, "runAsGroup without runAsUser");
-    }
+    let (run_as_user, run_as_username) = match sc.run_as_user {
+        Some(uid) => (Some(uid), String::new()),
+        None => (image_user.uid, image_user.username.clone()),
+    };
     let capabilities = sc.capabilities.as_ref().map(|caps| api::Capability {
         add_capabilities: caps.add.clone().unwrap_or_default(),
         drop_capabilities: caps.drop.clone().unwrap_or_default(),
@@ -262,7 +264,8 @@ pub fn container_security_context(
         privileged: flag(sc.privileged),
         namespace_options: Some(namespace_options(pod)),
         selinux_options: selinux(sc.se_linux_options.as_ref()),
-        run_as_user: sc.run_as_user.map(|value| api::Int64Value { value }),
+        run_as_user: run_as_user.map(|value| api::Int64Value { value }),
+        run_as_username,
         run_as_group: sc.run_as_group.map(|value| api::Int64Value { value }),
         readonly_rootfs: flag(sc.read_only_root_filesystem),
         supplemental_groups: supplemental_groups(pod),
@@ -340,7 +343,7 @@ mod tests {
                  "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/audit.json"}}}]
         }));
         let c = &p.spec.as_ref().unwrap().containers;
-        let sc = container_security_context(&p, &c[0], &config()).unwrap();
+        let sc = container_security_context(&p, &c[0], &config(), &root()).unwrap();
         assert_eq!(sc.run_as_user.map(|v| v.value), Some(1001));
         assert_eq!(sc.run_as_group.map(|v| v.value), Some(3000));
         assert_eq!(sc.supplemental_groups, vec![2000, 4000, 5000]);
@@ -356,7 +359,9 @@ mod tests {
             sc.seccomp.unwrap().profile_type,
             api::security_profile::ProfileType::RuntimeDefault as i32
         );
-        let sd = container_security_context(&p, &c[1], &config()).unwrap();
+        let sd = container_security_context(&p, &c[1], &config(), &root()).unwrap();
+        // The pod's runAsUser wins over the image's.
+        assert_eq!(sd.run_as_user.map(|v| v.value), Some(1000));
         assert!(sd.privileged && !sd.no_new_privs);
         assert!(sd.masked_paths.is_empty() && sd.readonly_paths.is_empty());
         let seccomp = sd.seccomp.unwrap();
@@ -373,12 +378,23 @@ mod tests {
         assert_eq!(sandbox.supplemental_groups, vec![2000, 4000, 5000]);
     }
 
+    fn root() -> ImageUser {
+        ImageUser::of(None)
+    }
+
     #[test]
     fn defaults_without_security_context() {
         let p = pod(json!({}));
-        let sc = container_security_context(&p, &p.spec.as_ref().unwrap().containers[0], &config())
-            .unwrap();
-        assert!(sc.run_as_user.is_none() && !sc.no_new_privs && !sc.privileged);
+        let sc = container_security_context(
+            &p,
+            &p.spec.as_ref().unwrap().containers[0],
+            &config(),
+            &root(),
+        )
+        .unwrap();
+        // kubelet names the image's user (root when the image names none).
+        assert_eq!(sc.run_as_user.map(|v| v.value), Some(0));
+        assert!(!sc.no_new_privs && !sc.privileged);
         assert_eq!(
             sc.seccomp.unwrap().profile_type,
             api::security_profile::ProfileType::Unconfined as i32
@@ -393,8 +409,20 @@ mod tests {
                            {"name": "root", "image": "x", "securityContext": {"runAsUser": 0}},
                            {"name": "ok", "image": "x", "securityContext": {"runAsUser": 10}}]}));
         let c = &p.spec.as_ref().unwrap().containers;
-        assert!(container_security_context(&p, &c[1], &config()).is_err());
-        assert!(container_security_context(&p, &c[2], &config()).is_ok());
+        assert!(container_security_context(&p, &c[1], &config(), &root()).is_err());
+        assert!(container_security_context(&p, &c[2], &config(), &root()).is_ok());
+        // The image's user is checked too: root, or a name that cannot be verified.
+        assert!(container_security_context(&p, &c[0], &config(), &root()).is_err());
+        let named = ImageUser {
+            uid: None,
+            username: "nginx".into(),
+        };
+        assert!(container_security_context(&p, &c[0], &config(), &named).is_err());
+        let uid = ImageUser {
+            uid: Some(1000),
+            username: String::new(),
+        };
+        assert!(container_security_context(&p, &c[0], &config(), &uid).is_ok());
         let cases: [(usize, Option<i64>, &str, bool); 5] = [
             (0, Some(0), "", false),
             (0, Some(1000), "", true),
@@ -413,5 +441,49 @@ mod tests {
             json!({"securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../x"}}}),
         );
         assert!(sandbox_security_context(&bad, &config()).is_err());
+    }
+
+    #[test]
+    fn image_user_as_kubelet_reads_it() {
+        let image = |uid: Option<i64>, username: &str| api::Image {
+            uid: uid.map(|value| api::Int64Value { value }),
+            username: username.into(),
+            ..Default::default()
+        };
+        let cases = [
+            (Some(image(Some(7), "")), Some(7), ""),
+            (Some(image(None, "www")), None, "www"),
+            (Some(image(None, "")), Some(0), ""),
+            (None, Some(0), ""),
+        ];
+        for (image, uid, username) in cases {
+            let got = ImageUser::of(image.as_ref());
+            assert_eq!(
+                (got.uid, got.username.as_str()),
+                (uid, username),
+                "{image:?}"
+            );
+        }
+        // A runAsGroup alone gets the image's user beside it (the runtime refuses a lone group).
+        let p = pod(json!({"securityContext": {"runAsGroup": 3000}}));
+        let named = ImageUser {
+            uid: None,
+            username: "www".into(),
+        };
+        let sc = container_security_context(
+            &p,
+            &p.spec.as_ref().unwrap().containers[0],
+            &config(),
+            &named,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                sc.run_as_user,
+                sc.run_as_username.as_str(),
+                sc.run_as_group.map(|g| g.value)
+            ),
+            (None, "www", Some(3000))
+        );
     }
 }
