@@ -99,16 +99,7 @@ async fn pod_lifecycle(s: &Suite) {
     other.labels = labels(&[("conformance", "pod"), ("which", "second")]);
     let (other_id, _) = s.pod(other).await;
 
-    let status = s
-        .rt()
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .status
-        .expect("a pod status");
+    let status = s.pod_status(&id).await;
     assert_eq!(status.id, id);
     assert_eq!(status.metadata, config.metadata);
     assert_eq!(status.state, READY);

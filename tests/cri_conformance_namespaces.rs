@@ -74,16 +74,7 @@ async fn host_namespaces(s: &Suite, host: bool) {
         );
     }
     assert_eq!(out.contains("sees-host"), host, "{out}");
-    let status = s
-        .rt()
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.0.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let status = s.pod_status(&pod.0).await;
     let options = status
         .linux
         .and_then(|l| l.namespaces)

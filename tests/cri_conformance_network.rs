@@ -63,16 +63,7 @@ async fn pod_ip_and_ports(s: &Suite) {
     };
     config.port_mappings = vec![mapping(8080, i32::from(host_port)), mapping(8081, 0)];
     let pod = s.pod(config).await;
-    let status = s
-        .rt()
-        .pod_sandbox_status(api::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.0.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let status = s.pod_status(&pod.0).await;
     let ip: IpAddr = status
         .network
         .expect("a pod network status")

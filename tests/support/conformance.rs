@@ -115,14 +115,20 @@ impl Suite {
         pod: &(String, api::PodSandboxConfig),
         config: api::ContainerConfig,
     ) -> Result<String, tonic::Status> {
+        create_container_in(self.rt(), pod, config).await
+    }
+
+    /// PodSandboxStatus of `id` (not verbose).
+    pub async fn pod_status(&self, id: &str) -> api::PodSandboxStatus {
         self.rt()
-            .create_container(api::CreateContainerRequest {
-                pod_sandbox_id: pod.0.clone(),
-                config: Some(config),
-                sandbox_config: Some(pod.1.clone()),
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
             })
             .await
-            .map(|r| r.container_id)
+            .expect("pod sandbox status")
+            .status
+            .expect("a pod status")
     }
 
     /// Create + start; panics naming the container on failure.

@@ -144,14 +144,7 @@ impl Env {
         pod: &(String, api::PodSandboxConfig),
         config: api::ContainerConfig,
     ) -> Result<String, tonic::Status> {
-        self.rt
-            .create_container(api::CreateContainerRequest {
-                pod_sandbox_id: pod.0.clone(),
-                config: Some(config),
-                sandbox_config: Some(pod.1.clone()),
-            })
-            .await
-            .map(|r| r.container_id)
+        create_container_in(self.rt.as_ref(), pod, config).await
     }
 
     /// Create + start.
@@ -243,6 +236,21 @@ impl Env {
     pub async fn cleanup(&self) {
         remove_all_pods(self.rt.as_ref()).await;
     }
+}
+
+/// CreateContainer of `config` in the pod `pod` (id and config): its id.
+pub async fn create_container_in(
+    rt: &dyn RuntimeService,
+    pod: &(String, api::PodSandboxConfig),
+    config: api::ContainerConfig,
+) -> Result<String, tonic::Status> {
+    rt.create_container(api::CreateContainerRequest {
+        pod_sandbox_id: pod.0.clone(),
+        config: Some(config),
+        sandbox_config: Some(pod.1.clone()),
+    })
+    .await
+    .map(|r| r.container_id)
 }
 
 /// RemovePodSandbox of every pod the runtime lists.
