@@ -30,8 +30,9 @@ impl Suite {
         Self::start_with(test, &["--network", "loopback"]).await
     }
 
-    /// Like [`Suite::start`], `runp serve` getting these network arguments.
-    pub async fn start_with(test: &str, network: &[&str]) -> Option<Suite> {
+    /// Like [`Suite::start`], `runp serve` getting these arguments (network, registry, ...)
+    /// instead of `--network loopback`.
+    pub async fn start_with(test: &str, args: &[&str]) -> Option<Suite> {
         if !is_root() {
             skip(test, "root (real or mapped)");
             return None;
@@ -43,7 +44,7 @@ impl Suite {
             .unwrap()
             .import(&fixtures.join("busybox-extra-oci"))
             .unwrap();
-        let served = Served::start_with(dir.path(), 1, network).await;
+        let served = Served::start_with(dir.path(), 1, args).await;
         Some(Suite { served, guard, dir })
     }
 

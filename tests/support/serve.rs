@@ -22,8 +22,9 @@ impl Served {
         Self::start_with(dir, run, &["--network", "loopback"]).await
     }
 
-    /// Like [`Served::start`] with these network arguments instead of `--network loopback`.
-    pub async fn start_with(dir: &Path, run: usize, network: &[&str]) -> Served {
+    /// Like [`Served::start`] with these arguments (network, registry, ...) instead of
+    /// `--network loopback`.
+    pub async fn start_with(dir: &Path, run: usize, args: &[&str]) -> Served {
         let socket = dir.join("cri.sock");
         let log = dir.join(format!("serve-{run}.log"));
         let file = std::fs::File::create(&log).unwrap();
@@ -35,7 +36,7 @@ impl Served {
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
-            .args(network)
+            .args(args)
             .args(["--streaming-addr", "127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
