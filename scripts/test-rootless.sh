@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Re-runs the runtime-facing integration tests (runtime_*, jail_*, image_*, agent_*) as mapped root in a
+# Re-runs the runtime-facing integration tests (runtime_*, jail_*, image_*, agent_*, and the CRI
+# pull conformance test cri_conformance_pull) as mapped root in a
 # new user + mount namespace, where cgroups are not writable and some things need rootless
 # handling. Tests that need real root print "SKIP: <test>: needs ..." there. Fails if any fails.
 set -euo pipefail
@@ -16,7 +17,8 @@ fi
 
 # Build the test binaries out here; list the runtime-facing ones.
 mapfile -t bins < <(
-  cargo test --no-run --message-format=json --test 'runtime_*' --test 'jail_*' --test 'image_*' --test 'agent_*' 2>/dev/null |
+  cargo test --no-run --message-format=json --test 'runtime_*' --test 'jail_*' --test 'image_*' --test 'agent_*' \
+    --test cri_conformance_pull 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
