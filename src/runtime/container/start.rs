@@ -47,6 +47,9 @@ impl ProcessRuntime {
             },
             log_path: record.log_path.clone(),
         };
+        if record.cgroups_path.is_some() {
+            self.cgroups.prime_migration();
+        }
         let started = match self.start_shim(&dir, spec).await {
             Ok(s) => s,
             Err(e) => {

@@ -1,5 +1,9 @@
-//! cgroups through libcgroups: whether they are usable at all (not as mapped root in a user
-//! namespace), pod cgroups, resource updates and usage statistics.
+//! cgroups: whether they are usable at all (not as mapped root in a user namespace), pod
+//! cgroups, resource updates (through libcgroups) and usage statistics.
+
+mod usage;
+
+pub use usage::{Usage, proc_usage};
 
 use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
@@ -8,6 +12,7 @@ use libcgroups::common::{
     AnyCgroupManager, CgroupConfig, CgroupManager, CgroupSetup, ControllerOpt,
     create_cgroup_manager,
 };
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -26,16 +31,6 @@ pub fn host_cgroup_mounts() -> Vec<String> {
     names
 }
 
-/// Usage numbers read from a cgroup (or from /proc when cgroups are unavailable).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub cpu_ns: u64,
-    pub memory_usage: u64,
-    pub working_set: u64,
-    pub rss: u64,
-    pub processes: u64,
-}
-
 /// What this host lets us do with cgroups; decided once at start.
 #[derive(Clone, Debug)]
 pub struct Cgroups {
@@ -43,6 +38,43 @@ pub struct Cgroups {
     unavailable: Option<String>,
     /// pids.max of every pod cgroup.
     pod_max_pids: Option<i64>,
+    hierarchies: Hierarchies,
+}
+
+/// Where the cgroup hierarchies are mounted, found once at start: libcgroups' v1 manager
+/// re-reads /proc/self/mountinfo once per controller every time it is built, and mountinfo
+/// grows with every pod's mounts.
+#[derive(Clone, Debug)]
+pub(crate) enum Hierarchies {
+    None,
+    Unified(PathBuf),
+    /// Controller name → its hierarchy's mount point (comounted controllers share one).
+    V1(BTreeMap<String, PathBuf>),
+}
+
+impl Hierarchies {
+    /// The directory of cgroup `rel` in the hierarchy of `controller`.
+    fn dir(&self, controller: &str, rel: &Path) -> Option<PathBuf> {
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        match self {
+            Hierarchies::None => None,
+            Hierarchies::Unified(root) => Some(root.join(rel)),
+            Hierarchies::V1(mounts) => mounts.get(controller).map(|m| m.join(rel)),
+        }
+    }
+
+    /// The directories of cgroup `rel` in every hierarchy, each once.
+    fn dirs(&self, rel: &Path) -> Vec<PathBuf> {
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        let mut dirs: Vec<PathBuf> = match self {
+            Hierarchies::None => Vec::new(),
+            Hierarchies::Unified(root) => vec![root.join(rel)],
+            Hierarchies::V1(mounts) => mounts.values().map(|m| m.join(rel)).collect(),
+        };
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
 }
 
 impl Cgroups {
@@ -58,6 +90,7 @@ impl Cgroups {
                         .to_string(),
                 ),
                 pod_max_pids: None,
+                hierarchies: Hierarchies::None,
             };
         }
         let setup = match libcgroups::common::get_cgroup_setup() {
@@ -67,6 +100,7 @@ impl Cgroups {
                     setup: None,
                     unavailable: Some(format!("no usable cgroup filesystem: {e}")),
                     pod_max_pids: None,
+                    hierarchies: Hierarchies::None,
                 };
             }
         };
@@ -82,11 +116,33 @@ impl Cgroups {
             .filter(|d| nix::unistd::access(d.as_path(), nix::unistd::AccessFlags::W_OK).is_err())
             .map(|d| d.display().to_string())
             .collect();
+        let hierarchies = match setup {
+            CgroupSetup::Unified => Hierarchies::Unified(PathBuf::from(CGROUP_ROOT)),
+            CgroupSetup::Legacy | CgroupSetup::Hybrid => {
+                match libcgroups::v1::util::list_supported_mount_points() {
+                    Ok(mounts) => Hierarchies::V1(
+                        mounts
+                            .into_iter()
+                            .map(|(controller, mount)| (controller.to_string(), mount))
+                            .collect(),
+                    ),
+                    Err(e) => {
+                        return Cgroups {
+                            setup: Some(setup.to_string()),
+                            unavailable: Some(format!("cgroup v1 mount points: {e}")),
+                            pod_max_pids: None,
+                            hierarchies: Hierarchies::None,
+                        };
+                    }
+                }
+            }
+        };
         Cgroups {
             setup: Some(setup.to_string()),
             unavailable: (!not_writable.is_empty())
                 .then(|| format!("not writable: {}", not_writable.join(", "))),
             pod_max_pids: None,
+            hierarchies,
         }
     }
 
@@ -102,6 +158,7 @@ impl Cgroups {
             setup: None,
             unavailable: Some(reason.to_string()),
             pod_max_pids: None,
+            hierarchies: Hierarchies::None,
         }
     }
 
@@ -153,17 +210,7 @@ impl Cgroups {
         path: &Path,
         resources: Option<&api::LinuxContainerResources>,
     ) -> Result<()> {
-        let rel = path.strip_prefix("/").unwrap_or(path);
-        let roots: Vec<PathBuf> = if self.setup.as_deref() == Some("unified") {
-            vec![PathBuf::from(CGROUP_ROOT)]
-        } else {
-            libcgroups::v1::util::list_supported_mount_points()
-                .map_err(|e| RuntimeError::Internal(format!("cgroup mount points: {e}")))?
-                .into_values()
-                .collect()
-        };
-        for root in roots {
-            let dir = root.join(rel);
+        for dir in self.hierarchies.dirs(path) {
             std::fs::create_dir_all(&dir).map_err(RuntimeError::io("creating cgroup", &dir))?;
         }
         if let Some(res) = resources {
@@ -176,24 +223,70 @@ impl Cgroups {
     }
 
     fn limit_pids(&self, path: &Path, max: i64) -> Result<()> {
-        let resources = oci_spec::runtime::LinuxResourcesBuilder::default()
-            .pids(
-                oci_spec::runtime::LinuxPidsBuilder::default()
-                    .limit(max)
-                    .build()
-                    .map_err(|e| RuntimeError::Internal(format!("pids limit: {e}")))?,
-            )
-            .build()
-            .map_err(|e| RuntimeError::Internal(format!("pids limit: {e}")))?;
-        let opt = ControllerOpt {
-            resources: &resources,
-            disable_oom_killer: false,
-            oom_score_adj: None,
-            freezer_state: None,
+        let Some(dir) = self.hierarchies.dir("pids", path) else {
+            return Err(RuntimeError::Internal(
+                "no pids cgroup controller for the pod pids limit".into(),
+            ));
         };
-        self.manager(path)?.apply(&opt).map_err(|e| {
-            RuntimeError::Internal(format!("pids limit of cgroup {}: {e}", path.display()))
-        })
+        let file = dir.join("pids.max");
+        std::fs::write(&file, max.to_string()).map_err(RuntimeError::io("writing", &file))
+    }
+
+    /// Starts, in the background, the RCU grace period that the next move of a process into a
+    /// cgroup must wait for, so the container's own move (in libcontainer's intermediate process,
+    /// several ms later) finds it over or under way instead of starting it.
+    ///
+    /// Why: a write to `cgroup.procs` takes the kernel's cgroup_threadgroup_rwsem for writing,
+    /// whose first writer after a quiet spell waits a full RCU grace period (`rcu_sync_enter`,
+    /// 7–20 ms here, measured with perf as the largest part of StartContainer); writers within
+    /// about 10 ms after one do not wait. The primer moves this process into the cgroup it is
+    /// already in (no change), from a thread of its own, so nothing waits for it.
+    pub fn prime_migration(&self) {
+        let Some(procs) = self.own_procs_file() else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("runp-cgroup-primer".into())
+            .spawn(move || {
+                // "0" is the writing process. A failure only loses the head start.
+                if let Err(e) = std::fs::write(&procs, "0") {
+                    tracing::debug!(file = %procs.display(), error = %e, "cgroup primer");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cgroup primer thread");
+        }
+    }
+
+    /// `cgroup.procs` of the cgroup this process is in, in the pids (or unified) hierarchy.
+    fn own_procs_file(&self) -> Option<PathBuf> {
+        if !self.available() {
+            return None;
+        }
+        let controller = match self.hierarchies {
+            Hierarchies::Unified(_) => "",
+            Hierarchies::V1(_) => "pids",
+            Hierarchies::None => return None,
+        };
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = own.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let matches = match controller {
+                "" => controllers.is_empty(),
+                c => controllers.split(',').any(|name| name == c),
+            };
+            matches.then(|| PathBuf::from(path))
+        })?;
+        let dir = self.hierarchies.dir(
+            if controller.is_empty() {
+                "pids"
+            } else {
+                controller
+            },
+            &path,
+        )?;
+        Some(dir.join("cgroup.procs"))
     }
 
     /// Applies `res` to an existing cgroup.
@@ -218,99 +311,14 @@ impl Cgroups {
     }
 
     pub fn usage(&self, path: &Path) -> Result<Usage> {
-        let stats = self
-            .manager(path)?
-            .stats()
-            .map_err(|e| RuntimeError::Internal(format!("cgroup stats {}: {e}", path.display())))?;
-        let mem = &stats.memory;
-        // cadvisor's working set: usage minus inactive file pages.
-        let inactive = mem
-            .stats
-            .get("total_inactive_file")
-            .or_else(|| mem.stats.get("inactive_file"))
-            .copied()
-            .unwrap_or(0);
-        let rss = mem
-            .stats
-            .get("total_rss")
-            .or_else(|| mem.stats.get("anon"))
-            .copied()
-            .unwrap_or(0);
-        Ok(Usage {
-            cpu_ns: stats.cpu.usage.usage_total,
-            memory_usage: mem.memory.usage,
-            working_set: mem.memory.usage.saturating_sub(inactive),
-            rss,
-            processes: stats.pids.current,
-        })
+        usage::cgroup_usage(&self.hierarchies, path)
+            .map_err(|e| RuntimeError::Internal(format!("cgroup stats {}: {e}", path.display())))
     }
-}
-
-/// Fallback without cgroups: sums /proc/<pid>/stat times and RSS over `pid` and its
-/// descendants.
-pub fn proc_usage(pid: i32) -> Usage {
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .filter(|t| *t > 0)
-        .unwrap_or(100) as u64;
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .filter(|p| *p > 0)
-        .unwrap_or(4096) as u64;
-    let mut usage = Usage::default();
-    let mut queue = vec![pid];
-    let mut seen = std::collections::HashSet::new();
-    while let Some(p) = queue.pop() {
-        if !seen.insert(p) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        // Fields after the command name (which may contain spaces) start at state (field 3).
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |n: usize| {
-            fields
-                .get(n - 3)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        usage.cpu_ns += (field(14) + field(15)) * 1_000_000_000 / ticks;
-        usage.rss += field(24) * page;
-        usage.processes += 1;
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for task in tasks.flatten() {
-                if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
-                    queue.extend(
-                        children
-                            .split_whitespace()
-                            .filter_map(|c| c.parse::<i32>().ok()),
-                    );
-                }
-            }
-        }
-    }
-    usage.memory_usage = usage.rss;
-    usage.working_set = usage.rss;
-    usage
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_usage_counts_this_process() {
-        let u = proc_usage(std::process::id() as i32);
-        assert!(u.processes >= 1);
-        assert!(u.rss > 0);
-        assert_eq!(proc_usage(-5), Usage::default());
-    }
 
     #[test]
     fn pod_cgroup_paths() {
@@ -320,6 +328,7 @@ mod tests {
             setup: Some("hybrid".into()),
             unavailable: None,
             pod_max_pids: None,
+            hierarchies: Hierarchies::None,
         };
         assert_eq!(
             on.pod_cgroup("", "abc").unwrap(),
