@@ -1,13 +1,24 @@
 //! Pod start latency: RunPodSandbox → CreateContainer → StartContainer (returns once the
-//! container runs) for N pods in sequence, through the RuntimeService trait of the in-process
-//! runtime. Run by scripts/bench-runtime.sh, which compares it with `crun run` of an equivalent
-//! bundle.
+//! container runs) for N pods in sequence, then StopPodSandbox → RemovePodSandbox of each, through
+//! the RuntimeService trait of the in-process runtime. Run by scripts/bench-runtime.sh, which
+//! compares it with `crun run` of an equivalent bundle.
 //!
 //! `--grpc` also starts `runp serve` and times the same calls through its CRI socket (the Rust
 //! gRPC client), interleaved pod by pod with the in-process ones, and prints the ratio of the
 //! medians.
 //!
+//! `--endpoint unix://SOCK` instead times another CRI runtime already serving SOCK (containerd,
+//! from scripts/bench-containerd.sh) against `runp serve` with its CNI bridge network (the
+//! `--network` options after `--runp-network`, comma-separated), both through the same gRPC
+//! client, interleaved pod by pod. `--image` names the peer's busybox image.
+//!
+//! `runp serve` then keeps its root and socket in `--dir`; `--endpoint SOCK --remove-all` only
+//! removes every pod of SOCK (the script's clean-up after a bench that died).
+//!
 //! Usage: runtime_start [--pods N] [--fixtures DIR] [--grpc]
+//!        runtime_start [--pods N] [--fixtures DIR] --endpoint unix://SOCK --dir DIR
+//!                      [--image NAME] [--runp-network ARG,ARG...]
+//!        runtime_start --endpoint unix://SOCK --remove-all
 
 #[path = "support/mod.rs"]
 mod support;
@@ -15,14 +26,17 @@ mod support;
 use runp::cri::RuntimeService;
 use runp::image::ImageStore;
 use runp::runtime::{ProcessRuntime, Reaper, RuntimeOptions};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use support::{arg, fixtures, flag, ms, percentile, remove_all, start_one};
+use support::{BUSYBOX, arg, fixtures, flag, ms, percentile, remove_all, start_pod, stop_remove};
 
-/// Sorted pod start times and sorted per-call times.
+/// Sorted pod start times, sorted per-call times, and the same for stop + remove.
 #[derive(Default)]
 struct Samples {
     total: Vec<Duration>,
     calls: [Vec<Duration>; 3],
+    stop: Vec<Duration>,
+    stop_calls: [Vec<Duration>; 2],
 }
 
 impl Samples {
@@ -33,9 +47,17 @@ impl Samples {
         }
     }
 
+    fn add_stop(&mut self, calls: [Duration; 2]) {
+        self.stop.push(calls.iter().sum());
+        for (phase, took) in self.stop_calls.iter_mut().zip(calls) {
+            phase.push(took);
+        }
+    }
+
     fn sort(&mut self) {
         self.total.sort();
-        for phase in self.calls.iter_mut() {
+        self.stop.sort();
+        for phase in self.calls.iter_mut().chain(self.stop_calls.iter_mut()) {
             phase.sort();
         }
     }
@@ -56,13 +78,88 @@ impl Samples {
             ms(percentile(&self.calls[1], 0.5)),
             ms(percentile(&self.calls[2], 0.5))
         );
+        let s = &self.stop;
+        println!(
+            "{who}: StopPodSandbox+RemovePodSandbox: median {:.1} ms, p90 {:.1} ms, min {:.1} ms, max {:.1} ms",
+            ms(percentile(s, 0.5)),
+            ms(percentile(s, 0.9)),
+            ms(s[0]),
+            ms(s[s.len() - 1])
+        );
+        println!(
+            "{who}: medians by call: StopPodSandbox {:.1} ms, RemovePodSandbox {:.1} ms",
+            ms(percentile(&self.stop_calls[0], 0.5)),
+            ms(percentile(&self.stop_calls[1], 0.5))
+        );
+    }
+
+    /// Machine-readable lines for the scripts: `<PREFIX>_MEDIAN_MS=` and so on.
+    fn figures(&self, prefix: &str) {
+        println!("{prefix}_MEDIAN_MS={:.3}", ms(percentile(&self.total, 0.5)));
+        println!("{prefix}_P90_MS={:.3}", ms(percentile(&self.total, 0.9)));
+        println!(
+            "{prefix}_STOP_MEDIAN_MS={:.3}",
+            ms(percentile(&self.stop, 0.5))
+        );
+        println!(
+            "{prefix}_STOP_P90_MS={:.3}",
+            ms(percentile(&self.stop, 0.9))
+        );
     }
 }
 
-async fn timed(rt: &dyn RuntimeService, i: usize, logs: &std::path::Path, into: &mut Samples) {
-    let t0 = Instant::now();
-    let calls = start_one(rt, i, logs).await.expect("pod start");
-    into.add(t0.elapsed(), calls);
+/// One runtime under test.
+struct Subject<'a> {
+    name: &'static str,
+    rt: &'a dyn RuntimeService,
+    logs: PathBuf,
+    image: String,
+    samples: Samples,
+}
+
+impl<'a> Subject<'a> {
+    fn new(name: &'static str, rt: &'a dyn RuntimeService, logs: PathBuf, image: &str) -> Self {
+        Subject {
+            name,
+            rt,
+            logs,
+            image: image.to_string(),
+            samples: Samples::default(),
+        }
+    }
+}
+
+/// Starts `pods` pods on each subject, then stops and removes them, interleaved pod by pod so
+/// every subject sees the same machine load over the run.
+async fn measure(subjects: &mut [Subject<'_>], pods: usize) -> anyhow::Result<()> {
+    // Warm-up (page cache, first overlay mount, first connection, first teardown) is not
+    // measured: two pods each, started and then stopped and removed before the measured ones.
+    let mut started: Vec<Vec<String>> = vec![Vec::new(); subjects.len()];
+    for i in 0..pods + 2 {
+        let warm_up = i < 2;
+        let index = if warm_up { pods + i } else { i - 2 };
+        for (s, ids) in subjects.iter_mut().zip(started.iter_mut()) {
+            let t0 = Instant::now();
+            let (id, calls) = start_pod(s.rt, index, &s.logs, &s.image).await?;
+            if !warm_up {
+                s.samples.add(t0.elapsed(), calls);
+            }
+            ids.push(id);
+        }
+    }
+    for i in 0..pods + 2 {
+        for (s, ids) in subjects.iter_mut().zip(started.iter()) {
+            let calls = stop_remove(s.rt, &ids[i]).await?;
+            if i >= 2 {
+                s.samples.add_stop(calls);
+            }
+        }
+    }
+    for s in subjects.iter_mut() {
+        s.samples.sort();
+        s.samples.report(s.name);
+    }
+    Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -74,12 +171,24 @@ async fn main() -> anyhow::Result<()> {
     let pods: usize = arg("--pods")
         .and_then(|v| v.parse().ok())
         .unwrap_or(if smoke { 3 } else { 50 });
+    // Only when asked: the smoke run has no peer runtime to talk to.
+    if let Some(endpoint) = arg("--endpoint") {
+        if flag("--remove-all") {
+            let removed = remove_all(&support::connect(&endpoint).await?).await?;
+            println!("removed {removed} pods from {endpoint}");
+            return Ok(());
+        }
+        // The script's own directory, so that it can clean up after a bench that died.
+        let dir = PathBuf::from(arg("--dir").ok_or_else(|| anyhow::anyhow!("--dir is needed"))?);
+        std::fs::create_dir_all(&dir)?;
+        return peer(&Reaper::start()?, &dir, &endpoint, pods).await;
+    }
+    let dir = tempfile::Builder::new().prefix("rpb").tempdir_in("/tmp")?;
+    let reaper = Reaper::start()?;
     // The smoke run (under `cargo test`) goes through both paths so both keep working.
     let grpc = flag("--grpc") || smoke;
-    let dir = tempfile::Builder::new().prefix("rpb").tempdir_in("/tmp")?;
     let images = ImageStore::open(dir.path().join("images"))?;
     images.import(&fixtures().join("busybox-oci"))?;
-    let reaper = Reaper::start()?;
     let mut options = RuntimeOptions::new(
         dir.path().join("rt"),
         env!("CARGO_BIN_EXE_runp"),
@@ -94,27 +203,18 @@ async fn main() -> anyhow::Result<()> {
         false => None,
     };
     let logs = dir.path().join("logs");
-    // Warm-up (page cache, first overlay mount, first connection) is not measured.
-    for i in 0..2 {
-        start_one(rt.as_ref(), pods + i, &logs).await?;
-        if let Some((_, client)) = &remote {
-            start_one(client, pods + i, &logs.join("grpc")).await?;
-        }
+    let mut subjects = vec![Subject::new("runp", rt.as_ref(), logs.clone(), BUSYBOX)];
+    if let Some((_, client)) = &remote {
+        subjects.push(Subject::new(
+            "runp serve over gRPC",
+            client,
+            logs.join("grpc"),
+            BUSYBOX,
+        ));
     }
-    let mut local = Samples::default();
-    let mut over_grpc = Samples::default();
-    for i in 0..pods {
-        // Interleaved, so both paths see the same machine load over the run.
-        timed(rt.as_ref(), i, &logs, &mut local).await;
-        if let Some((_, client)) = &remote {
-            timed(client, i, &logs.join("grpc"), &mut over_grpc).await;
-        }
-    }
-    local.sort();
-    local.report("runp");
-    let median = percentile(&local.total, 0.5);
-    println!("RUNP_MEDIAN_MS={:.3}", ms(median));
-    println!("RUNP_P90_MS={:.3}", ms(percentile(&local.total, 0.9)));
+    measure(&mut subjects, pods).await?;
+    let local = &subjects[0].samples;
+    local.figures("RUNP");
     // RunPodSandbox, CreateContainer, StartContainer medians, for scripts/bench-all.sh.
     println!(
         "RUNP_CALLS_MS={:.3} {:.3} {:.3}",
@@ -122,10 +222,9 @@ async fn main() -> anyhow::Result<()> {
         ms(percentile(&local.calls[1], 0.5)),
         ms(percentile(&local.calls[2], 0.5))
     );
-    if remote.is_some() {
-        over_grpc.sort();
-        over_grpc.report("runp serve over gRPC");
-        let grpc_median = percentile(&over_grpc.total, 0.5);
+    if let Some(over_grpc) = subjects.get(1) {
+        let median = percentile(&local.total, 0.5);
+        let grpc_median = percentile(&over_grpc.samples.total, 0.5);
         println!("GRPC_MEDIAN_MS={:.3}", ms(grpc_median));
         println!(
             "ratio gRPC (runp serve) / in-process (median pod start): {:.2}x  ({:.1} ms vs {:.1} ms, {pods} pods each)",
@@ -134,14 +233,46 @@ async fn main() -> anyhow::Result<()> {
             ms(median)
         );
     }
-    let t0 = Instant::now();
-    let removed = remove_all(rt.as_ref()).await?;
-    println!("runp: removed {removed} pods in {:.0} ms", ms(t0.elapsed()));
+    drop(subjects);
+    // Whatever a failed run left.
+    remove_all(rt.as_ref()).await?;
     if let Some((daemon, client)) = remote {
-        let removed = remove_all(&client).await?;
-        println!("runp serve: removed {removed} pods");
+        remove_all(&client).await?;
         drop(client);
         daemon.stop().await?;
     }
+    Ok(())
+}
+
+/// runp serve with the CNI bridge against the CRI runtime on `endpoint`, both over gRPC.
+async fn peer(
+    reaper: &Reaper,
+    dir: &std::path::Path,
+    endpoint: &str,
+    pods: usize,
+) -> anyhow::Result<()> {
+    let image = arg("--image").unwrap_or_else(|| BUSYBOX.to_string());
+    let network = arg("--runp-network").unwrap_or_else(|| "--network,cni".to_string());
+    let network: Vec<&str> = network.split(',').collect();
+    let (daemon, runp) = support::start_serve_with(reaper, dir, &network).await?;
+    let other = support::connect(endpoint).await?;
+    let logs = dir.join("logs");
+    let mut subjects = vec![
+        Subject::new("runp serve (CNI bridge)", &runp, logs.join("runp"), BUSYBOX),
+        Subject::new("containerd", &other, logs.join("peer"), &image),
+    ];
+    let measured = measure(&mut subjects, pods).await;
+    if measured.is_ok() {
+        subjects[0].samples.figures("RUNP_CNI");
+        subjects[1].samples.figures("PEER");
+    }
+    drop(subjects);
+    // Whatever a failed run left, on both.
+    let cleaned = (remove_all(&runp).await, remove_all(&other).await);
+    drop(runp);
+    daemon.stop().await?;
+    measured?;
+    cleaned.0?;
+    cleaned.1?;
     Ok(())
 }

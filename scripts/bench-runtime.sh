@@ -3,8 +3,10 @@
 # the container runs) for N pods, beside `crun run -d` of an equivalent busybox bundle (same
 # image, `sleep 1000`) in the same run; prints both medians and their ratio. The same calls also
 # go through the CRI gRPC socket of `runp serve` (Rust client), interleaved pod by pod with the
-# in-process ones: the ratio of those medians is the cost of the socket.
-# Usage: scripts/bench-runtime.sh [pods]   (default 50; needs root, crun, umoci)
+# in-process ones: the ratio of those medians is the cost of the socket. Each pod's
+# StopPodSandbox + RemovePodSandbox is timed too. Then containerd as a peer, with a CNI bridge
+# for both (scripts/bench-containerd.sh), when it is installed.
+# Usage: scripts/bench-runtime.sh [pods]   (default 50; needs root, crun, umoci; containerd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -20,6 +22,8 @@ RUNP_MS="$(sed -n 's/^RUNP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
 RUNP_P90="$(sed -n 's/^RUNP_P90_MS=//p' /tmp/runp-bench.$$)"
 read -r RUN_MS CREATE_MS START_MS <<<"$(sed -n 's/^RUNP_CALLS_MS=//p' /tmp/runp-bench.$$)"
 GRPC_MS="$(sed -n 's/^GRPC_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
+RUNP_STOP_MS="$(sed -n 's/^RUNP_STOP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
+RUNP_STOP_P90="$(sed -n 's/^RUNP_STOP_P90_MS=//p' /tmp/runp-bench.$$)"
 GRPC_LINE="$(grep '^ratio gRPC' /tmp/runp-bench.$$)"
 rm -f /tmp/runp-bench.$$
 
@@ -72,3 +76,10 @@ bench_result "StartContainer alone, median" "$START_MS" "crun run -d" "$CRUN_MS"
 bench_result "RunPodSandbox alone, median" "$RUN_MS" "" "" ms ""
 bench_result "CreateContainer alone, median" "$CREATE_MS" "" "" ms ""
 bench_result "pod start through runp serve (gRPC), median" "$GRPC_MS" "in process" "$RUNP_MS" ms ""
+bench_result "stop + remove pod, loopback, median ($PODS pods)" "$RUNP_STOP_MS" "" "" ms ""
+bench_result "stop + remove pod, loopback, p90 ($PODS pods)" "$RUNP_STOP_P90" "" "" ms ""
+if command -v containerd >/dev/null; then
+  scripts/bench-containerd.sh "$PODS"
+else
+  echo "bench-runtime: containerd is not installed (apt-get install containerd): no containerd peer" >&2
+fi

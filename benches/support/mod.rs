@@ -81,14 +81,14 @@ pub fn pod(i: usize, logs: &Path) -> api::PodSandboxConfig {
     }
 }
 
-pub fn container() -> api::ContainerConfig {
+pub fn container(image: &str) -> api::ContainerConfig {
     api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: "sleeper".into(),
             attempt: 0,
         }),
         image: Some(api::ImageSpec {
-            image: BUSYBOX.into(),
+            image: image.into(),
             ..Default::default()
         }),
         command: vec!["sleep".into(), "1000".into()],
@@ -103,7 +103,19 @@ pub async fn start_one(
     i: usize,
     logs: &Path,
 ) -> anyhow::Result<[Duration; 3]> {
+    Ok(start_pod(rt, i, logs, BUSYBOX).await?.1)
+}
+
+/// [`start_one`] with a container of `image`: the pod's id and the time of each call.
+pub async fn start_pod(
+    rt: &dyn RuntimeService,
+    i: usize,
+    logs: &Path,
+    image: &str,
+) -> anyhow::Result<(String, [Duration; 3])> {
     let config = pod(i, logs);
+    // As kubelet, which makes the pod's log directory before RunPodSandbox.
+    std::fs::create_dir_all(&config.log_directory)?;
     let t0 = Instant::now();
     let pod_id = rt
         .run_pod_sandbox(api::RunPodSandboxRequest {
@@ -115,8 +127,8 @@ pub async fn start_one(
     let t1 = Instant::now();
     let container_id = rt
         .create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod_id,
-            config: Some(container()),
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(container(image)),
             sandbox_config: Some(config),
         })
         .await?
@@ -124,7 +136,22 @@ pub async fn start_one(
     let t2 = Instant::now();
     rt.start_container(api::StartContainerRequest { container_id })
         .await?;
-    Ok([t1 - t0, t2 - t1, t2.elapsed()])
+    Ok((pod_id, [t1 - t0, t2 - t1, t2.elapsed()]))
+}
+
+/// StopPodSandbox → RemovePodSandbox of one pod: the time of each call.
+pub async fn stop_remove(rt: &dyn RuntimeService, pod_id: &str) -> anyhow::Result<[Duration; 2]> {
+    let t0 = Instant::now();
+    rt.stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: pod_id.to_string(),
+    })
+    .await?;
+    let t1 = Instant::now();
+    rt.remove_pod_sandbox(api::RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id.to_string(),
+    })
+    .await?;
+    Ok([t1 - t0, t1.elapsed()])
 }
 
 /// Removes every pod sandbox of `rt`; returns how many.
@@ -243,24 +270,35 @@ impl Daemon {
 
 /// `runp serve` on `<dir>/cri.sock` with its own root `<dir>/serve` holding the busybox fixture.
 pub async fn start_serve(reaper: &Reaper, dir: &Path) -> anyhow::Result<(Daemon, RemoteRuntime)> {
+    // Loopback network, as the in-process runtime it is compared with.
+    start_serve_with(reaper, dir, &["--network", "loopback"]).await
+}
+
+/// [`start_serve`] with other network options.
+pub async fn start_serve_with(
+    reaper: &Reaper,
+    dir: &Path,
+    network: &[&str],
+) -> anyhow::Result<(Daemon, RemoteRuntime)> {
     let root = dir.join("serve");
     let store = runp::image::ImageStore::open(root.join("images"))?;
     store.import(&fixtures().join("busybox-oci"))?;
     let endpoint = format!("unix://{}", dir.join("cri.sock").display());
-    let daemon = Daemon::spawn(
-        reaper,
-        &root,
-        // Loopback network, as the in-process runtime it is compared with.
-        &["serve", "--listen", &endpoint, "--network", "loopback"],
-        &dir.join("serve.log"),
-    )?;
-    let client = RemoteRuntime::connect(
+    let mut args = vec!["serve", "--listen", &endpoint];
+    args.extend_from_slice(network);
+    let daemon = Daemon::spawn(reaper, &root, &args, &dir.join("serve.log"))?;
+    let client = connect(&endpoint).await?;
+    Ok((daemon, client))
+}
+
+/// The CRI client on `endpoint` (`unix://PATH`), waiting up to 30 s for the runtime to be up.
+pub async fn connect(endpoint: &str) -> anyhow::Result<RemoteRuntime> {
+    Ok(RemoteRuntime::connect(
         &endpoint.parse::<CriEndpoint>()?,
         RemoteOptions {
             connect_timeout: Duration::from_secs(30),
             ..RemoteOptions::default()
         },
     )
-    .await?;
-    Ok((daemon, client))
+    .await?)
 }
