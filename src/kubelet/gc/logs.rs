@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 const TIMESTAMP_FORMAT: &str = "%Y%m%d-%H%M%S";
-const TMP_SUFFIX: &str = ".tmp";
-const GZ_SUFFIX: &str = ".gz";
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
+pub(crate) const GZ_SUFFIX: &str = ".gz";
 
 /// What to do with one container's log files.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use super::logselect::{Writer, find_byte};
 use super::lookup::{self, LookupError, PodRef};
 use super::response::{Body, channel, text};
 use crate::cri::{RuntimeService, api};
+use crate::kubelet::gc::logs::{GZ_SUFFIX, TMP_SUFFIX};
 use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 use std::io::{Read, Seek, SeekFrom};
@@ -327,7 +328,10 @@ fn next_log_file(live: &std::path::Path, current: std::time::SystemTime) -> Path
         .flatten()
         .filter(|e| {
             e.file_name().to_str().is_some_and(|n| {
-                n == base || (n.starts_with(&prefix) && !n.ends_with(".gz") && !n.ends_with(".tmp"))
+                n == base
+                    || (n.starts_with(&prefix)
+                        && !n.ends_with(GZ_SUFFIX)
+                        && !n.ends_with(TMP_SUFFIX))
             })
         })
         .filter_map(|e| Some((e.metadata().ok()?.created().ok()?, e.path())))
