@@ -126,6 +126,7 @@ async fn world() -> World {
     auth.push(&source("auth"), "private/app:1", &[]);
     auth.push(&source("auth"), "private/app:2", &[]);
     auth.push(&source("mirror-auth"), "private/mirrored:1", &[]);
+    auth.push(&source("mirror-auth"), "private/mirrored:2", &[]);
     let behind_gate = TestRegistry::start(None);
     behind_gate.push(&source("token"), "team/app:1", &[]);
     let gate = Proxy::start(
@@ -328,7 +329,8 @@ async fn basic_auth(s: &Suite, w: &World) {
 }
 
 /// The request's credentials go to a hosts.toml mirror too (containerd sends them to every
-/// host when the AuthConfig names no server), and the image keeps the requested name.
+/// host when the AuthConfig names no server, and only to the named one when it does), and
+/// the image keeps the requested name.
 async fn mirror_with_auth(s: &Suite, w: &World) {
     let id = w.id("mirror-auth");
     let name = format!("{PRIVATE}/private/mirrored:1");
@@ -352,6 +354,25 @@ async fn mirror_with_auth(s: &Suite, w: &World) {
         (image.repo_tags, image.repo_digests),
         (vec![name], vec![pinned])
     );
+
+    // Credentials that name their registry go to that host only (containerd's ParseAuth): named
+    // for the upstream or for another registry, the mirror is asked anonymously and refuses.
+    let second = format!("{PRIVATE}/private/mirrored:2");
+    let for_server = |server: &str| {
+        Some(api::AuthConfig {
+            username: "alice".into(),
+            password: "s3cret".into(),
+            server_address: server.into(),
+            ..Default::default()
+        })
+    };
+    for server in [PRIVATE, "https://other.runp.test/v1/"] {
+        refused(s, &second, for_server(server), tonic::Code::Unauthenticated).await;
+    }
+    // Named for the mirror host itself, they are sent.
+    let mirror = format!("http://{}", w.auth.addr);
+    let got = pull(s, &second, for_server(&mirror)).await.expect(&second);
+    assert_eq!(got, id);
 }
 
 /// Bearer tokens from the registry's token server: none or wrong credentials are refused,

@@ -7,7 +7,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runp::image::registry::ProgressFn;
 use runp::image::{
     Credentials, Digest, ImageStore, ImportOptions, ImportProgress, LayerStage, NamedRef,
-    PullProgress,
+    PullCredentials, PullProgress,
 };
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -210,7 +210,13 @@ async fn pull(
     let display = Arc::new(PullDisplay::new());
     let shown = display.clone();
     let progress: ProgressFn = Arc::new(move |event: &PullProgress| shown.update(event));
-    let result = store.pull(&name, credentials, Some(progress)).await;
+    let result = store
+        .pull(
+            &name,
+            PullCredentials::any_host(credentials),
+            Some(progress),
+        )
+        .await;
     display.finish();
     let record = result.with_context(|| format!("pulling {name}"))?;
     println!("Pulled: {name}");

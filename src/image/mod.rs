@@ -36,7 +36,9 @@ pub use import::{ImportOptions, ImportProgress};
 pub use layers::LayerInfo;
 pub use records::ImageRecord;
 pub use reference::NamedRef;
-pub use registry::{Credentials, LayerStage, PullProgress, RegistryError, RegistryOptions};
+pub use registry::{
+    Credentials, LayerStage, PullCredentials, PullProgress, RegistryError, RegistryOptions,
+};
 pub use rootfs::{PreparedRootfs, RootfsKind};
 pub use store::{Clock, ImageStore, RootfsPolicy, StoreOptions};
 pub use unpack::LayerFormat;

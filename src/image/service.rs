@@ -7,7 +7,7 @@ use super::import::ImportOptions;
 use super::pull::{PullSource, parse_pull_source};
 use super::records::ImageRecord;
 use super::reference::NamedRef;
-use super::registry::{Credentials, RegistryError};
+use super::registry::{PullCredentials, RegistryError};
 use super::store::ImageStore;
 use super::usage;
 use crate::cri::{CriResult, ImageService, api};
@@ -159,7 +159,7 @@ impl ImageService for ImageStore {
             }
             PullSource::Reference(reference) => {
                 let name = NamedRef::parse(&reference)?;
-                let credentials = Credentials::from_cri(req.auth.as_ref())?;
+                let credentials = PullCredentials::from_cri(req.auth.as_ref())?;
                 match self.pull(&name, credentials, None).await {
                     Ok(record) => record.id,
                     Err(err) if err.is_unreachable() => {

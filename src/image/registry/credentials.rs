@@ -96,6 +96,68 @@ impl Credentials {
     }
 }
 
+/// Credentials with the registry they were given for (the CRI AuthConfig's server_address).
+/// As containerd does, they go only to that host: a mirror or any other host of the pull is
+/// asked anonymously, so a secret meant for one registry never reaches another. Without a
+/// server address they go to every host of the pull.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PullCredentials {
+    credentials: Credentials,
+    /// `host[:port]`, lowercase.
+    server: Option<String>,
+}
+
+/// The names Docker Hub's credentials are filed under, and the host its API is reached at.
+const DOCKER_HUB_HOSTS: [&str; 3] = ["docker.io", "index.docker.io", "registry-1.docker.io"];
+
+impl PullCredentials {
+    pub fn from_cri(auth: Option<&api::AuthConfig>) -> Result<PullCredentials, RegistryError> {
+        Ok(PullCredentials {
+            credentials: Credentials::from_cri(auth)?,
+            server: auth
+                .map(|a| server_host(&a.server_address))
+                .filter(|host| !host.is_empty()),
+        })
+    }
+
+    /// Credentials for every host of the pull (`runp image pull --creds`).
+    pub fn any_host(credentials: Credentials) -> PullCredentials {
+        PullCredentials {
+            credentials,
+            server: None,
+        }
+    }
+
+    /// What to send to `host` (`host[:port]`).
+    pub fn for_host(&self, host: &str) -> Credentials {
+        match &self.server {
+            Some(server) if !same_registry(server, &host.to_ascii_lowercase()) => {
+                Credentials::Anonymous
+            }
+            _ => self.credentials.clone(),
+        }
+    }
+
+    /// Pulls are merged only when they would send the same thing to every host.
+    pub fn fingerprint(&self) -> String {
+        match &self.server {
+            None => self.credentials.fingerprint(),
+            Some(server) => format!("{}@{server}", self.credentials.fingerprint()),
+        }
+    }
+}
+
+/// `host[:port]` of a server address: a bare host, or a URL (`https://index.docker.io/v1/`).
+fn server_host(address: &str) -> String {
+    let address = address.trim();
+    let rest = address.split_once("://").map_or(address, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or("").to_ascii_lowercase()
+}
+
+fn same_registry(server: &str, host: &str) -> bool {
+    server == host || (DOCKER_HUB_HOSTS.contains(&server) && DOCKER_HUB_HOSTS.contains(&host))
+}
+
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -180,6 +242,54 @@ mod tests {
             assert_eq!(got, want, "{auth:?}");
         }
         assert_eq!(Credentials::from_cri(None).unwrap(), Credentials::Anonymous);
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_server_they_name() {
+        let with_server = |server: &str| {
+            PullCredentials::from_cri(Some(&api::AuthConfig {
+                username: "u".into(),
+                password: "p".into(),
+                server_address: server.into(),
+                ..Default::default()
+            }))
+            .unwrap()
+        };
+        let cases: &[(&str, &str, bool)] = &[
+            ("", "anything.example:5000", true),
+            ("  ", "mirror.example", true),
+            ("registry.example.com", "registry.example.com", true),
+            ("Registry.Example.com", "registry.example.COM", true),
+            ("registry.example.com", "mirror.example.com", false),
+            ("registry.example.com", "registry.example.com:5000", false),
+            ("http://127.0.0.1:5000", "127.0.0.1:5000", true),
+            ("https://127.0.0.1:5000/v2/", "127.0.0.1:5000", true),
+            ("127.0.0.1:5000", "127.0.0.1:5001", false),
+            ("https://index.docker.io/v1/", "registry-1.docker.io", true),
+            ("docker.io", "registry-1.docker.io", true),
+            ("docker.io", "mirror.gcr.io", false),
+        ];
+        for (server, host, sent) in cases {
+            let got = with_server(server).for_host(host);
+            let want = if *sent {
+                basic("u", "p")
+            } else {
+                Credentials::Anonymous
+            };
+            assert_eq!(got, want, "server {server:?}, host {host:?}");
+        }
+        assert_eq!(
+            PullCredentials::any_host(basic("u", "p")).for_host("x"),
+            basic("u", "p")
+        );
+        assert_eq!(
+            PullCredentials::from_cri(None).unwrap().for_host("x"),
+            Credentials::Anonymous
+        );
+        assert_ne!(
+            with_server("a.example").fingerprint(),
+            with_server("b.example").fingerprint()
+        );
     }
 
     #[test]

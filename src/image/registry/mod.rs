@@ -25,7 +25,7 @@ pub mod pull;
 pub mod single_flight;
 pub mod transport;
 
-pub use credentials::Credentials;
+pub use credentials::{Credentials, PullCredentials};
 pub use error::RegistryError;
 
 use crate::image::digest::Digest;

@@ -8,7 +8,7 @@ use super::download::{BlobFetcher, blocking};
 use super::error::RegistryError;
 use super::hosts_config::{self, Endpoint};
 use super::transport::Session;
-use super::{Credentials, Flight, LayerStage, ProgressFn, PullProgress, hosts, manifest};
+use super::{Flight, LayerStage, ProgressFn, PullCredentials, PullProgress, hosts, manifest};
 use crate::image::blobs::{StoredBlob, read_json_blob};
 use crate::image::digest::Digest;
 use crate::image::import::{self, Candidate, staging::Staging};
@@ -29,7 +29,7 @@ impl ImageStore {
     pub async fn pull(
         &self,
         name: &NamedRef,
-        credentials: Credentials,
+        credentials: PullCredentials,
         progress: Option<ProgressFn>,
     ) -> Result<ImageRecord, Arc<RegistryError>> {
         let key = format!("{name}\n{}", credentials.fingerprint());
@@ -52,7 +52,7 @@ impl ImageStore {
 async fn pull_once(
     store: &ImageStore,
     name: &NamedRef,
-    credentials: Credentials,
+    credentials: PullCredentials,
     progress: Option<ProgressFn>,
 ) -> Result<ImageRecord, RegistryError> {
     let registry = &store.inner.registry;
@@ -69,7 +69,7 @@ async fn pull_once(
             registry: endpoint.host.clone(),
             repository: path.to_string(),
             base: endpoint.base.clone(),
-            credentials: credentials.clone(),
+            credentials: credentials.for_host(&endpoint.host),
             insecure: registry.insecure_for(endpoint),
             clock: store.inner.options.clock.clone(),
         })
