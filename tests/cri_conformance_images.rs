@@ -27,26 +27,6 @@ async fn cri_conformance_images() {
     s.run(vec![("images", Box::pin(images(&s)))]).await;
 }
 
-async fn list(s: &Suite) -> Vec<api::Image> {
-    s.rt()
-        .list_images(api::ListImagesRequest { filter: None })
-        .await
-        .unwrap()
-        .images
-}
-
-async fn remove(s: &Suite, name: &str) {
-    s.rt()
-        .remove_image(api::RemoveImageRequest {
-            image: Some(api::ImageSpec {
-                image: name.to_string(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("remove image {name}: {e}"));
-}
-
 async fn images(s: &Suite) {
     let busybox = s.image(BUSYBOX).await.expect("busybox by tag");
     assert!(
@@ -109,12 +89,12 @@ async fn images(s: &Suite) {
         .await
         .expect_err("pulling an invalid reference");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    remove(s, "Not A Ref").await;
+    s.remove_image("Not A Ref").await;
 
     let extra = s.image(EXTRA).await.expect("busybox-extra");
     assert_eq!(extra.username, "app", "the image's user by name");
     assert_eq!(extra.repo_tags, [EXTRA]);
-    let listed = list(s).await;
+    let listed = s.images().await;
     assert_eq!(listed.len(), 2, "{listed:?}");
     let listed_busybox = listed.iter().find(|i| i.id == busybox.id).expect("listed");
     assert_eq!(listed_busybox, &busybox, "ListImages and ImageStatus agree");
@@ -141,13 +121,13 @@ async fn images(s: &Suite) {
     );
 
     // By tag: containerd removes every reference of the image.
-    remove(s, BUSYBOX_ALIAS).await;
+    s.remove_image(BUSYBOX_ALIAS).await;
     assert_eq!(s.image(BUSYBOX).await, None, "the other tag went too");
     assert_eq!(s.image(&busybox.id).await, None);
-    remove(s, BUSYBOX_ALIAS).await;
+    s.remove_image(BUSYBOX_ALIAS).await;
     // By id.
-    remove(s, &extra.id).await;
+    s.remove_image(&extra.id).await;
     assert_eq!(s.image(EXTRA).await, None);
-    remove(s, &extra.id).await;
-    assert_eq!(list(s).await, Vec::<api::Image>::new());
+    s.remove_image(&extra.id).await;
+    assert_eq!(s.images().await, Vec::<api::Image>::new());
 }

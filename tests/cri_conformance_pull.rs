@@ -22,10 +22,9 @@ use base64::Engine as _;
 use conformance::*;
 use crafted::{Compress, LayerBuilder, TestImage};
 use proxy::{Proxy, ProxyConfig, TokenAuth};
-use registry::{TestRegistry, oci_source, tools_present};
+use registry::{TestRegistry, oci_source, tools_present, write_hosts_toml};
 use runp::cri::{ImageService, api};
 use std::collections::HashMap;
-use std::fs;
 use support::*;
 
 const TEST: &str = "cri_conformance_pull";
@@ -154,11 +153,7 @@ async fn world() -> World {
     }
 
     let config = tempfile::tempdir().unwrap();
-    let write = |registry: &str, text: String| {
-        let dir = config.path().join(registry);
-        fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("hosts.toml"), text).unwrap();
-    };
+    let write = |registry: &str, text: String| write_hosts_toml(config.path(), registry, &text);
     let m = &mirror.addr;
     // Nothing listens on port 1: that host fails at once and the next one is tried.
     write(
@@ -249,26 +244,6 @@ fn user_pass(user: &str, pass: &str) -> Option<api::AuthConfig> {
         password: pass.into(),
         ..Default::default()
     })
-}
-
-async fn list(s: &Suite) -> Vec<api::Image> {
-    s.rt()
-        .list_images(api::ListImagesRequest { filter: None })
-        .await
-        .expect("list images")
-        .images
-}
-
-async fn remove(s: &Suite, name: &str) {
-    s.rt()
-        .remove_image(api::RemoveImageRequest {
-            image: Some(api::ImageSpec {
-                image: name.to_string(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("remove image {name}: {e}"));
 }
 
 /// ImageStatus by each name answers the image `id`; returns it.
@@ -453,7 +428,7 @@ async fn mirrors(s: &Suite, w: &World) {
         let found = same_image(s, id, &names).await;
         assert_eq!(found.repo_tags, [stored], "{requested}");
         assert_eq!(found.repo_digests, vec![pinned.clone()], "{requested}");
-        let listed = list(s).await;
+        let listed = s.images().await;
         let listed = listed.iter().find(|i| i.id == id).expect("listed");
         assert_eq!(listed, &found, "ListImages and ImageStatus agree");
         // By digest through the mirror: the same image.
@@ -461,7 +436,8 @@ async fn mirrors(s: &Suite, w: &World) {
     }
     // The mirror's own name never shows on what it served for others.
     let served: Vec<&str> = cases.iter().map(|c| w.id(c.0)).collect();
-    for image in list(s)
+    for image in s
+        .images()
         .await
         .iter()
         .filter(|i| served.contains(&i.id.as_str()))
@@ -492,23 +468,28 @@ async fn tags(s: &Suite, w: &World) {
         [pinned],
         "one manifest behind both tags"
     );
-    let listed: Vec<api::Image> = list(s).await.into_iter().filter(|i| i.id == id).collect();
+    let listed: Vec<api::Image> = s
+        .images()
+        .await
+        .into_iter()
+        .filter(|i| i.id == id)
+        .collect();
     assert_eq!(listed, [image], "one image, listed once");
 
-    remove(s, &a).await;
+    s.remove_image(&a).await;
     for name in [&a, &b, &id.to_string()] {
         assert_eq!(s.image(name).await, None, "{name} after removing {a}");
     }
-    assert!(list(s).await.iter().all(|i| i.id != id));
+    assert!(s.images().await.iter().all(|i| i.id != id));
 
     pull_both().await;
-    remove(s, id).await;
+    s.remove_image(id).await;
     for name in [&a, &b, &id.to_string()] {
         assert_eq!(s.image(name).await, None, "{name} after removing {id}");
     }
-    remove(s, id).await;
-    remove(s, &b).await;
-    assert!(list(s).await.iter().all(|i| i.id != id));
+    s.remove_image(id).await;
+    s.remove_image(&b).await;
+    assert!(s.images().await.iter().all(|i| i.id != id));
 }
 
 /// A missing tag or repository is NotFound and stores nothing.

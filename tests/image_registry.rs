@@ -10,7 +10,7 @@ mod registry;
 mod support;
 
 use proxy::{Proxy, ProxyConfig, TokenAuth};
-use registry::{TestRegistry, loopback_certificates, oci_source, tools_present};
+use registry::{TestRegistry, loopback_certificates, oci_source, tools_present, write_hosts_toml};
 use runp::cri::{ImageService, api};
 use runp::image::{ImageStore, RegistryOptions, RootfsPolicy, StoreOptions};
 use std::fs;
@@ -568,11 +568,7 @@ async fn mirrors_from_a_hosts_toml_dir_serve_any_registry_name() {
     reg.push(&busybox_source(), "library/busybox:latest", &[]);
     reg.push(&busybox_source(), "google-containers/busybox:1", &[]);
     let config = tempfile::tempdir().unwrap();
-    let write = |registry: &str, text: String| {
-        let dir = config.path().join(registry);
-        fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("hosts.toml"), text).unwrap();
-    };
+    let write = |registry: &str, text: String| write_hosts_toml(config.path(), registry, &text);
     let addr = &reg.addr;
     // Nothing listens on port 1: that host fails and the next one is tried.
     write(
@@ -647,12 +643,11 @@ fn runp_image_pull_uses_the_registry_config_dir() {
     let reg = TestRegistry::start(None);
     reg.push(&busybox_source(), "pause:3.10", &[]);
     let config = tempfile::tempdir().unwrap();
-    fs::create_dir(config.path().join("registry.k8s.io")).unwrap();
-    fs::write(
-        config.path().join("registry.k8s.io/hosts.toml"),
-        format!("[host.\"http://{}\"]\n", reg.addr),
-    )
-    .unwrap();
+    write_hosts_toml(
+        config.path(),
+        "registry.k8s.io",
+        &format!("[host.\"http://{}\"]\n", reg.addr),
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_runp"))
         .arg("--image-root")
@@ -698,15 +693,14 @@ async fn a_blob_a_mirror_serves_wrong_comes_from_the_next_host() {
     bytes[middle] ^= 0xff;
     fs::write(&blob, &bytes).unwrap();
     let config = tempfile::tempdir().unwrap();
-    fs::create_dir(config.path().join("registry.k8s.io")).unwrap();
-    fs::write(
-        config.path().join("registry.k8s.io/hosts.toml"),
-        format!(
+    write_hosts_toml(
+        config.path(),
+        "registry.k8s.io",
+        &format!(
             "[host.\"http://{}\"]\n[host.\"http://{}\"]\n",
             bad.addr, good.addr
         ),
-    )
-    .unwrap();
+    );
     let dir = tempfile::tempdir().unwrap();
     let store = store_for(dir.path(), &[], |o| {
         o.registry.config_dir = Some(config.path().to_owned());

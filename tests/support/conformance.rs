@@ -168,6 +168,30 @@ impl Suite {
             .image
     }
 
+    /// ListImages without a filter.
+    pub async fn images(&self) -> Vec<api::Image> {
+        use runp::cri::ImageService;
+        self.rt()
+            .list_images(api::ListImagesRequest { filter: None })
+            .await
+            .expect("list images")
+            .images
+    }
+
+    /// RemoveImage, which must succeed.
+    pub async fn remove_image(&self, name: &str) {
+        use runp::cri::ImageService;
+        self.rt()
+            .remove_image(api::RemoveImageRequest {
+                image: Some(api::ImageSpec {
+                    image: name.to_string(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("remove image {name}: {e}"));
+    }
+
     pub async fn status(&self, id: &str) -> api::ContainerStatus {
         status_of(self.rt(), id)
             .await

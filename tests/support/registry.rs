@@ -26,6 +26,13 @@ pub fn tools_present(test: &str) -> bool {
     true
 }
 
+/// Writes `text` as `<dir>/<registry>/hosts.toml`: containerd's `--registry-config-dir` layout.
+pub fn write_hosts_toml(dir: &Path, registry: &str, text: &str) {
+    let host_dir = dir.join(registry);
+    fs::create_dir_all(&host_dir).unwrap();
+    fs::write(host_dir.join("hosts.toml"), text).unwrap();
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
