@@ -21,7 +21,7 @@ mod support;
 use base64::Engine as _;
 use conformance::*;
 use crafted::{Compress, LayerBuilder, TestImage};
-use proxy::{Proxy, ProxyConfig, TokenAuth};
+use proxy::Proxy;
 use registry::{TestRegistry, oci_source, tools_present, write_hosts_toml};
 use runp::cri::{ImageService, api};
 use std::collections::HashMap;
@@ -128,18 +128,7 @@ async fn world() -> World {
     auth.push(&source("mirror-auth"), "private/mirrored:2", &[]);
     let behind_gate = TestRegistry::start(None);
     behind_gate.push(&source("token"), "team/app:1", &[]);
-    let gate = Proxy::start(
-        &behind_gate.addr,
-        ProxyConfig {
-            token: Some(TokenAuth {
-                user: "bob".into(),
-                pass: "hunter2".into(),
-                identity_token: "refresh-me".into(),
-            }),
-            ..ProxyConfig::default()
-        },
-    )
-    .await;
+    let gate = Proxy::token_gate(&behind_gate.addr).await;
     let mirror = TestRegistry::start(None);
     for (image, dest) in [
         ("k8s", "pause:3.9"),

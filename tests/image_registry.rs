@@ -9,7 +9,7 @@ mod registry;
 #[path = "support/image.rs"]
 mod support;
 
-use proxy::{Proxy, ProxyConfig, TokenAuth};
+use proxy::{Proxy, ProxyConfig};
 use registry::{TestRegistry, loopback_certificates, oci_source, tools_present, write_hosts_toml};
 use runp::cri::{ImageService, api};
 use runp::image::{ImageStore, RegistryOptions, RootfsPolicy, StoreOptions};
@@ -237,18 +237,7 @@ async fn token_auth_answers_bearer_challenges() {
     let reg = TestRegistry::start(None);
     reg.push(&busybox_source(), "team/busybox:1", &[]);
     reg.push(&busybox_source(), "other/busybox:1", &[]);
-    let gate = Proxy::start(
-        &reg.addr,
-        ProxyConfig {
-            token: Some(TokenAuth {
-                user: "bob".into(),
-                pass: "hunter2".into(),
-                identity_token: "refresh-me".into(),
-            }),
-            ..ProxyConfig::default()
-        },
-    )
-    .await;
+    let gate = Proxy::token_gate(&reg.addr).await;
     let image = format!("{}/team/busybox:1", gate.addr);
     let want = local_busybox_id();
     let fresh = || {

@@ -58,6 +58,21 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A token server in front of `upstream`: user bob, password hunter2, identity token
+    /// refresh-me.
+    pub async fn token_gate(upstream: &str) -> Proxy {
+        let token = TokenAuth {
+            user: "bob".into(),
+            pass: "hunter2".into(),
+            identity_token: "refresh-me".into(),
+        };
+        let config = ProxyConfig {
+            token: Some(token),
+            ..ProxyConfig::default()
+        };
+        Proxy::start(upstream, config).await
+    }
+
     pub async fn start(upstream: &str, config: ProxyConfig) -> Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
