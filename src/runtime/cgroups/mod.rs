@@ -162,6 +162,14 @@ impl Cgroups {
         }
     }
 
+    /// A container's device rules are enforced: v1's devices controller. On cgroup v2 that
+    /// takes a BPF program, which libcgroups builds only with its `cgroupsv2_devices` feature
+    /// (libbpf), not enabled here; the spec then drops CAP_MKNOD instead.
+    pub fn filters_devices(&self) -> bool {
+        self.available()
+            && matches!(&self.hierarchies, Hierarchies::V1(m) if m.contains_key("devices"))
+    }
+
     pub fn available(&self) -> bool {
         self.unavailable.is_none()
     }

@@ -238,6 +238,7 @@ impl ProcessRuntime {
             pod_files: &pod_files,
             namespaces: &namespaces,
             cgroups_path: cgroups_path.clone(),
+            devices_filtered: self.cgroups.filters_devices(),
             rootless: self.rootless,
             max_nofile: self.max_nofile,
             ids: &self.ids,

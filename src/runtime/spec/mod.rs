@@ -44,6 +44,10 @@ pub struct SpecInputs<'a> {
     pub namespaces: &'a PodNamespaces,
     /// Some(path) when cgroups are writable; None = no cgroup and no resources (rootless).
     pub cgroups_path: Option<PathBuf>,
+    /// The device rules will be enforced: a v1 device cgroup. (cgroup v2 enforces them through
+    /// a BPF program, which libcgroups builds only with its `cgroupsv2_devices` feature, not
+    /// enabled here.)
+    pub devices_filtered: bool,
     pub rootless: bool,
     /// Upper bound for RLIMIT_NOFILE (the runtime's own hard limit).
     pub max_nofile: u64,
@@ -211,12 +215,13 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<ContainerSpec> {
     }
     let mut capabilities =
         security::capabilities(privileged, security.and_then(|s| s.capabilities.as_ref()))?;
-    if inputs.cgroups_path.is_none() && !inputs.rootless && !privileged {
+    let device_cgroup = inputs.cgroups_path.is_some() && inputs.devices_filtered;
+    if !device_cgroup && !inputs.rootless && !privileged {
         // No device cgroup to refuse a node made with mknod: no mknod either. (In a user
         // namespace the kernel refuses device nodes by itself.)
         security::drop_capability(&mut capabilities, Capability::Mknod);
         warnings.push(
-            "no device cgroup (cgroups unavailable): CAP_MKNOD is dropped so the container cannot make device nodes".into(),
+            "no device cgroup (cgroups unavailable, or cgroup v2 without the device filter): CAP_MKNOD is dropped so the container cannot make device nodes".into(),
         );
     }
     let mut proc_builder = ProcessBuilder::default()

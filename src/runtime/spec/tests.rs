@@ -42,6 +42,7 @@ struct Case {
     config: api::ContainerConfig,
     sandbox: api::PodSandboxConfig,
     cgroups: Option<PathBuf>,
+    devices_filtered: bool,
     rootless: bool,
     localhost_seccomp: Option<&'static str>,
 }
@@ -52,6 +53,7 @@ impl Case {
             config: api::ContainerConfig::default(),
             sandbox: api::PodSandboxConfig::default(),
             cgroups: None,
+            devices_filtered: true,
             rootless: false,
             localhost_seccomp: None,
         }
@@ -71,6 +73,7 @@ impl Case {
             pod_files: &files,
             namespaces: &ns,
             cgroups_path: self.cgroups.clone(),
+            devices_filtered: self.devices_filtered,
             rootless: self.rootless,
             max_nofile: u64::MAX,
             ids: &IdMapping::host(),
@@ -450,6 +453,12 @@ fn own_cgroup_files_are_read_only() {
 #[test]
 fn without_a_device_cgroup_mknod_is_dropped() {
     let mut case = Case::new();
+    let out = case.build().unwrap();
+    assert!(!bounding(&out).contains(&Capability::Mknod));
+    assert!(out.warnings.iter().any(|w| w.contains("CAP_MKNOD")));
+    // A cgroup without a device filter (cgroup v2 here) holds nothing back either.
+    case.cgroups = Some("/runp/pod/ctr".into());
+    case.devices_filtered = false;
     let out = case.build().unwrap();
     assert!(!bounding(&out).contains(&Capability::Mknod));
     assert!(out.warnings.iter().any(|w| w.contains("CAP_MKNOD")));
