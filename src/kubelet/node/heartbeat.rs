@@ -12,7 +12,7 @@ use super::status::{self, Readiness, StatusInputs, Thresholds, build_node_status
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::clock::Clock;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, GetParams, Patch, PatchParams};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -162,11 +162,11 @@ impl Heartbeat {
         let due = self
             .last_report
             .is_none_or(|t| self.clock.now().duration_since(t) >= STATUS_REPORT_INTERVAL);
-        if !due && !status::changed(self.sent.as_ref(), &next) {
-            return Ok(());
-        }
         let name = self.opts.node_name.clone();
         let nodes: Api<Node> = Api::all(self.client.clone());
+        if !due && !status::changed(self.sent.as_ref(), &next) && !self.api_disagrees(&next).await {
+            return Ok(());
+        }
         // Strategic merge: conditions and addresses merge by type, so conditions other
         // components own survive. No GET first: the Node authorizer forbids reading status.
         let patch = serde_json::json!({ "status": next });
@@ -200,6 +200,23 @@ impl Heartbeat {
                 }
                 Err(failure)
             }
+        }
+    }
+
+    /// What the API shows may differ from what was sent last: as kubelet does (a GET from the
+    /// API server's cache every status tick), compare our conditions with it. A failed read
+    /// changes nothing; a Node gone is a difference (the patch then registers it again).
+    async fn api_disagrees(&self, next: &NodeStatus) -> bool {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let read = call(
+            "get",
+            format!("nodes/{}", self.opts.node_name),
+            nodes.get_with(&self.opts.node_name, &GetParams::any()),
+        )
+        .await;
+        match read {
+            Ok(node) => status::api_disagrees(node.status.as_ref(), next),
+            Err(failure) => failure.code() == Some(404),
         }
     }
 

@@ -339,6 +339,16 @@ pub fn changed(sent: Option<&NodeStatus>, next: &NodeStatus) -> bool {
     strip(sent) != strip(next)
 }
 
+/// Whether the API's copy of the node status shows any of the conditions in `next` with
+/// another status (or lacks one): the node lifecycle controller sets them to Unknown when the
+/// lease goes stale, and only a patch sets them back. Conditions others own are not compared.
+pub fn api_disagrees(api: Option<&NodeStatus>, next: &NodeStatus) -> bool {
+    next.conditions.iter().flatten().any(|ours| {
+        api.and_then(|a| condition(a, &ours.type_))
+            .is_none_or(|theirs| theirs.status != ours.status)
+    })
+}
+
 /// The Ready condition's status ("True"/"False"), if any.
 pub fn ready_status(status: &NodeStatus) -> Option<&str> {
     condition(status, "Ready").map(|c| c.status.as_str())

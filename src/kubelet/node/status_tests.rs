@@ -379,3 +379,42 @@ fn measurement_changes_count_as_changes() {
     let b = build(&o, &m, &Readiness::default(), Some(&a), 10);
     assert!(changed(Some(&a), &b));
 }
+
+#[test]
+fn the_api_disagrees_when_one_of_our_conditions_shows_another_status() {
+    let cond = |type_: &str, status: &str| NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        ..Default::default()
+    };
+    let with = |conditions: Vec<NodeCondition>| NodeStatus {
+        conditions: Some(conditions),
+        ..Default::default()
+    };
+    let ours = with(vec![cond("Ready", "True"), cond("MemoryPressure", "False")]);
+    let cases = [
+        // Set to Unknown by the node lifecycle controller while the lease was stale.
+        (
+            Some(with(vec![
+                cond("Ready", "Unknown"),
+                cond("MemoryPressure", "False"),
+            ])),
+            true,
+        ),
+        (Some(with(vec![cond("MemoryPressure", "False")])), true),
+        (None, true),
+        // Conditions others own do not count.
+        (
+            Some(with(vec![
+                cond("Ready", "True"),
+                cond("MemoryPressure", "False"),
+                cond("NetworkUnavailable", "True"),
+            ])),
+            false,
+        ),
+        (Some(ours.clone()), false),
+    ];
+    for (api, want) in cases {
+        assert_eq!(api_disagrees(api.as_ref(), &ours), want, "{api:?}");
+    }
+}
