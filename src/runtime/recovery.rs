@@ -136,6 +136,13 @@ impl ProcessRuntime {
             }
         }
         self.clear_leftovers(id, sandbox).await?;
+        // The record is gone, and with it any cgroup_parent it named: the default one at least.
+        if sandbox
+            && let Ok(Some(cgroup)) = self.cgroups.pod_cgroup("", id)
+            && let Err(e) = self.cgroups.remove(&cgroup)
+        {
+            tracing::warn!(sandbox = %id, error = %e, "cannot remove the pod cgroup");
+        }
         lock(&self.shared.broken).remove(id);
         tracing::info!(%id, "removed the state of an unreadable record");
         Ok(())

@@ -174,7 +174,9 @@ pub fn entries(dir: &Path) -> Vec<String> {
 /// Stops and removes every pod; then nothing of them remains: no state, lease, process, mount.
 pub async fn remove_everything_and_check(served: &Served, dir: &Path) {
     let rt = &served.rt;
-    for pod in sandboxes(rt).await {
+    let pods = sandboxes(rt).await;
+    let pod_ids: Vec<String> = pods.iter().map(|p| p.id.clone()).collect();
+    for pod in pods {
         rt.stop_pod_sandbox(api::StopPodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         })
@@ -199,6 +201,17 @@ pub async fn remove_everything_and_check(served: &Served, dir: &Path) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(processes_under(&root, served.pid), Vec::<String>::new());
+    // No pod cgroup (the default parent, /runp/<id>) is left in any hierarchy, nor a
+    // container's below it.
+    let cgroups_left: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|h| pod_ids.iter().map(move |id| h.path().join("runp").join(id)))
+        .filter(|d| d.exists())
+        .map(|d| d.display().to_string())
+        .collect();
+    assert_eq!(cgroups_left, Vec::<String>::new());
 }
 
 pub async fn status_of(

@@ -31,6 +31,41 @@ pub fn host_cgroup_mounts() -> Vec<String> {
     names
 }
 
+/// Removes cgroup directory `dir` after its children, as runc's RemovePath: a cgroup with
+/// children or processes cannot be removed. Processes left are killed; a killed process leaves
+/// its cgroup a moment later, so a busy cgroup is tried again a few times.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&entry.path())?;
+        }
+    }
+    let mut delay = std::time::Duration::from_millis(10);
+    for attempt in 1.. {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && attempt < 6 => {
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    Ok(())
+}
+
 /// What this host lets us do with cgroups; decided once at start.
 #[derive(Clone, Debug)]
 pub struct Cgroups {
@@ -311,11 +346,13 @@ impl Cgroups {
             .map_err(|e| RuntimeError::Internal(format!("updating cgroup {}: {e}", path.display())))
     }
 
-    /// Removes the cgroup (killing what is left in it). Missing is fine.
+    /// Removes the cgroup and every cgroup below it (a pod's containers, whose shim may have
+    /// died before removing its own), killing what is left in them. Missing is fine.
     pub fn remove(&self, path: &Path) -> Result<()> {
-        self.manager(path)?
-            .remove()
-            .map_err(|e| RuntimeError::Internal(format!("removing cgroup {}: {e}", path.display())))
+        for dir in self.hierarchies.dirs(path) {
+            remove_tree(&dir).map_err(RuntimeError::io("removing cgroup", &dir))?;
+        }
+        Ok(())
     }
 
     pub fn usage(&self, path: &Path) -> Result<Usage> {
@@ -327,6 +364,36 @@ impl Cgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cgroup_tree_is_removed_children_first_and_missing_is_fine() {
+        let root = tempfile::tempdir().unwrap();
+        let pod = root.path().join("runp/pod");
+        std::fs::create_dir_all(pod.join("ctr-a/inner")).unwrap();
+        std::fs::create_dir_all(pod.join("ctr-b")).unwrap();
+        remove_tree(&pod).unwrap();
+        assert!(!pod.exists());
+        assert!(root.path().join("runp").is_dir(), "the parent stays");
+        remove_tree(&pod).unwrap();
+        let h = Hierarchies::V1(
+            [
+                ("pids", "pids"),
+                ("cpu", "cpu,cpuacct"),
+                ("cpuacct", "cpu,cpuacct"),
+            ]
+            .into_iter()
+            .map(|(c, m)| (c.to_string(), root.path().join(m)))
+            .collect(),
+        );
+        assert_eq!(
+            h.dirs(Path::new("/runp/x")),
+            vec![
+                root.path().join("cpu,cpuacct/runp/x"),
+                root.path().join("pids/runp/x")
+            ],
+            "comounted controllers once"
+        );
+    }
 
     #[test]
     fn pod_cgroup_paths() {
