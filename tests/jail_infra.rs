@@ -24,6 +24,7 @@ fn start_infra(dir: &Path, hostname: &str) -> (i32, i32, PodNamespacePaths) {
             hostname: Some(hostname.into()),
         },
         log_path: None,
+        log_max_size: None,
     };
     match start_shim(&state_dir, &spec) {
         (
@@ -160,6 +161,7 @@ fn a_pod_hostname_without_its_own_uts_namespace_is_refused() {
             hostname: Some("would-rename-the-host".into()),
         },
         log_path: None,
+        log_max_size: None,
     };
     let (shim, report) = start_shim(&state_dir, &spec);
     reap(shim);

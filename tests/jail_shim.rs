@@ -1,4 +1,4 @@
-//! The shim as a process: independent of the agent, fd hygiene, log reopen.
+//! The shim as a process: independent of the agent, fd hygiene, log reopen, a full log.
 
 #[path = "support/jail.rs"]
 mod support;
@@ -248,4 +248,68 @@ fn log_reopen_after_rename() {
         jail::request_log_reopen(shim),
         Err(jail::JailError::NoSuchProcess(_))
     ));
+}
+
+#[test]
+fn a_full_log_holds_the_output_back_until_reopened_and_loses_none() {
+    if skip_without_root("a_full_log_holds_the_output_back_until_reopened_and_loses_none") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = busybox_rootfs(dir.path());
+    // 5000 lines of 100 bytes: far more than the limit and the pipe's 64 KiB together.
+    const LINES: usize = 5000;
+    let script = format!("yes $(head -c 99 /dev/zero | tr '\\0' x) | head -n {LINES}; echo done");
+    let spec = base_spec(&rootfs, &["sh", "-c", &script]);
+    let run = Run::new(dir.path(), "full", &spec);
+    const MAX: u64 = 16 * 1024;
+    let (shim, _) = run.start_ok_with(|spec| spec.log_max_size = Some(MAX));
+    // One read of at most 64 KiB of output (and its records' prefixes) may pass the limit.
+    let bound = MAX + 128 * 1024;
+    wait_until("the first output", || {
+        std::fs::metadata(&run.log_path).is_ok_and(|m| m.len() > 0)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let held = std::fs::metadata(&run.log_path).unwrap().len();
+    assert!(
+        (MAX..=bound).contains(&held),
+        "the live log stopped at {held} bytes, limit {MAX}"
+    );
+    assert!(
+        jail::read_exit_record(&run.state_dir).unwrap().is_none(),
+        "the container waits for its output to be taken"
+    );
+    // Rotate until the container is done: each reopen lets the next part through.
+    let mut rotated = Vec::new();
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while jail::read_exit_record(&run.state_dir).unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hang guard: rotations"
+        );
+        let size = std::fs::metadata(&run.log_path)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(size <= bound, "a live log of {size} bytes, limit {MAX}");
+        if size >= MAX {
+            let name = run
+                .log_path
+                .with_extension(format!("log.{}", rotated.len()));
+            std::fs::rename(&run.log_path, &name).unwrap();
+            rotated.push(name);
+            jail::request_log_reopen(shim).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let exit = run.wait_exit(shim);
+    assert_eq!(exit.exit_code, 0);
+    assert!(rotated.len() >= 4, "{} rotations", rotated.len());
+    let mut lines = Vec::new();
+    for file in rotated.iter().chain([&run.log_path]) {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        lines.extend(stream_lines(&parse_log(&text), "stdout"));
+    }
+    assert_eq!(lines.len(), LINES + 1, "every line, once");
+    assert_eq!(lines.last().map(String::as_str), Some("done"));
+    assert!(lines[..LINES].iter().all(|l| l.len() == 99));
 }

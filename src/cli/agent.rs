@@ -280,6 +280,7 @@ pub async fn run(global: &GlobalOpts, args: AgentArgs) -> anyhow::Result<ExitCod
                 &args.registry,
                 &args.streaming,
                 &args.limits,
+                config.container_log_max_live_size(),
             )
             .await?;
             let listen = args

@@ -108,6 +108,7 @@ pub async fn start(
     registry: &RegistryArgs,
     streaming: &StreamingArgs,
     limits: &LimitArgs,
+    container_log_max_live_size: Option<u64>,
 ) -> anyhow::Result<LocalRuntime> {
     let image_root = global.image_root();
     let store = ImageStore::open_with(&image_root, registry.store_options()?)
@@ -118,6 +119,7 @@ pub async fn start(
     options.node_ip = node_ip.map(|ip| ip.to_string());
     options.network = network.options();
     options.pod_max_pids = limits.pod_max_pids.filter(|max| *max > 0);
+    options.container_log_max_live_size = container_log_max_live_size;
     let runtime = ProcessRuntime::start(options)
         .await
         .context("starting the process runtime")?;

@@ -36,6 +36,8 @@ pub async fn run(global: &GlobalOpts, args: ServeArgs) -> anyhow::Result<ExitCod
         &args.registry,
         &args.streaming,
         &args.limits,
+        // The CRI client (kubelet) owns rotation and its limits.
+        None,
     )
     .await?;
     local::serve(

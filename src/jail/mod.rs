@@ -60,6 +60,10 @@ pub struct ShimSpec {
     pub process: ShimProcess,
     /// CRI log file; `None` discards the output.
     pub log_path: Option<PathBuf>,
+    /// The live log's size at which the shim stops copying output until the log is rotated
+    /// (the container's writes then block); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_size: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -41,6 +41,16 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// Where an in-process runtime stops writing a container's live log until it is rotated:
+    /// the whole per-container budget (size × files), so a flood faster than the periodic
+    /// rotation waits for it instead of filling the disk. None when rotation is off.
+    pub fn container_log_max_live_size(&self) -> Option<u64> {
+        (self.container_log_max_size > 0).then(|| {
+            self.container_log_max_size
+                .saturating_mul(self.container_log_max_files.max(1) as u64)
+        })
+    }
+
     /// A configuration rooted at `root` with the reference defaults.
     pub fn with_root(root: impl Into<PathBuf>) -> Self {
         let root = root.into();

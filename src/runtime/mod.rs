@@ -57,6 +57,10 @@ pub struct RuntimeOptions {
     pub network: network::NetworkOptions,
     /// pids.max of every pod cgroup (kubelet's podPidsLimit); None: unlimited.
     pub pod_max_pids: Option<i64>,
+    /// A container's live log that reaches this size is not written further until it is
+    /// rotated (ReopenContainerLog): the container's output blocks instead of filling the
+    /// disk faster than a periodic rotation can keep up with. None: no limit (kubelet's).
+    pub container_log_max_live_size: Option<u64>,
 }
 
 impl RuntimeOptions {
@@ -77,6 +81,7 @@ impl RuntimeOptions {
             shim_start_timeout: Duration::from_secs(60),
             network: network::NetworkOptions::default(),
             pod_max_pids: None,
+            container_log_max_live_size: None,
         }
     }
 }
@@ -109,6 +114,7 @@ pub struct ProcessRuntime {
     /// Which uids/gids containers may use (all on the host; few as mapped root).
     ids: spec::IdMapping,
     shim_start_timeout: Duration,
+    container_log_max_live_size: Option<u64>,
     network: network::Network,
     /// Host-wide notices already logged (each once).
     notices: Mutex<std::collections::HashSet<String>>,
@@ -186,6 +192,7 @@ impl ProcessRuntime {
             max_nofile,
             ids: read_id_mapping(),
             shim_start_timeout: opts.shim_start_timeout,
+            container_log_max_live_size: opts.container_log_max_live_size,
             network,
             notices: Mutex::new(Default::default()),
             shutdown: tokio::sync::watch::channel(()).0,

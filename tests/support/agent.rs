@@ -69,6 +69,14 @@ impl RunningAgent {
 impl AgentEnv {
     /// A fresh root, or None (after printing SKIP) where the process runtime cannot work.
     pub async fn for_test(test: &str) -> Option<AgentEnv> {
+        AgentEnv::for_test_with(test, |_| {}).await
+    }
+
+    /// As [`AgentEnv::for_test`], with runtime options that `adjust` changed.
+    pub async fn for_test_with(
+        test: &str,
+        adjust: impl FnOnce(&mut runp::runtime::RuntimeOptions),
+    ) -> Option<AgentEnv> {
         if !is_root() {
             skip(
                 test,
@@ -83,7 +91,7 @@ impl AgentEnv {
             .with_env_filter(filter)
             .with_test_writer()
             .try_init();
-        let env = runtime::Env::new().await;
+        let env = runtime::Env::with(adjust).await;
         let runtime::Env {
             guard,
             dir,

@@ -256,6 +256,7 @@ impl Run {
                 stdio: Default::default(),
             },
             log_path: Some(self.log_path.clone()),
+            log_max_size: None,
         }
     }
 
@@ -267,7 +268,14 @@ impl Run {
     /// Starts the shim and asserts the process started; returns (shim pid, process pid). The
     /// process is SIGKILLed when the test ends, also when it panics.
     pub fn start_ok(&self) -> (i32, i32) {
-        let (shim, report) = self.start();
+        self.start_ok_with(|_| {})
+    }
+
+    /// As [`Run::start_ok`], with a shim spec that `adjust` changed.
+    pub fn start_ok_with(&self, adjust: impl FnOnce(&mut ShimSpec)) -> (i32, i32) {
+        let mut spec = self.shim_spec();
+        adjust(&mut spec);
+        let (shim, report) = start_shim(&self.state_dir, &spec);
         match report {
             ShimReport::Started { pid, .. } => {
                 self.started.borrow_mut().push(pid);

@@ -89,21 +89,39 @@ impl LineSplitter {
 pub(crate) struct CriLog {
     path: Option<PathBuf>,
     file: Option<File>,
+    /// Bytes in the current file (its size at open plus what we appended).
+    size: u64,
+    /// [`CriLog::is_full`] at this size; `None`: the file may grow without bound.
+    max_size: Option<u64>,
     stdout: LineSplitter,
     stderr: LineSplitter,
     write_error_reported: bool,
 }
 
 impl CriLog {
-    pub fn open(path: Option<&Path>) -> std::io::Result<CriLog> {
-        let file = path.map(open_log).transpose()?;
+    pub fn open(path: Option<&Path>, max_size: Option<u64>) -> std::io::Result<CriLog> {
+        let (file, size) = match path {
+            Some(path) => {
+                let (file, size) = open_log(path)?;
+                (Some(file), size)
+            }
+            None => (None, 0),
+        };
         Ok(CriLog {
             path: path.map(Path::to_path_buf),
             file,
+            size,
+            max_size,
             stdout: LineSplitter::default(),
             stderr: LineSplitter::default(),
             write_error_reported: false,
         })
+    }
+
+    /// The live file reached its maximum size: the shim stops reading the container's output
+    /// (whose writes then block) until the log is rotated and reopened.
+    pub fn is_full(&self) -> bool {
+        self.file.is_some() && self.max_size.is_some_and(|max| self.size >= max)
     }
 
     pub fn push(&mut self, stream: Stream, data: &[u8], now: DateTime<Utc>) {
@@ -127,8 +145,9 @@ impl CriLog {
     pub fn reopen(&mut self) {
         let Some(path) = &self.path else { return };
         match open_log(path) {
-            Ok(file) => {
+            Ok((file, size)) => {
                 self.file = Some(file);
+                self.size = size;
                 self.write_error_reported = false;
             }
             Err(err) => warn!(path = %path.display(), %err, "cannot reopen the container log"),
@@ -149,21 +168,26 @@ impl CriLog {
         }
         // Keep draining the container's pipes even when the disk is full: a blocked container
         // is worse than lost log lines. Say so once per file.
-        if let Err(err) = file.write_all(batch)
-            && !self.write_error_reported
-        {
-            self.write_error_reported = true;
-            warn!(%err, "cannot write the container log; dropping output");
+        match file.write_all(batch) {
+            Ok(()) => self.size += batch.len() as u64,
+            Err(err) if !self.write_error_reported => {
+                self.write_error_reported = true;
+                warn!(%err, "cannot write the container log; dropping output");
+            }
+            Err(_) => {}
         }
     }
 }
 
-fn open_log(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
+/// The log opened for appending, and its size.
+fn open_log(path: &Path) -> std::io::Result<(File, u64)> {
+    let file = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o640)
-        .open(path)
+        .open(path)?;
+    let size = file.metadata()?.len();
+    Ok((file, size))
 }
 
 #[cfg(test)]
@@ -244,7 +268,7 @@ mod tests {
     fn reopen_after_rename_writes_a_new_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.log");
-        let mut log = CriLog::open(Some(&path)).unwrap();
+        let mut log = CriLog::open(Some(&path), None).unwrap();
         let now = Utc::now();
         log.push(Stream::Stdout, b"one\n", now);
         std::fs::rename(&path, dir.path().join("0.log.1")).unwrap();
@@ -257,5 +281,27 @@ mod tests {
         assert_eq!(old, ["stdout F one", "stdout F two"]);
         assert!(new.ends_with(" stdout F three\n"), "{new}");
         assert_eq!(new.lines().count(), 1);
+    }
+
+    #[test]
+    fn full_at_the_maximum_size_until_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, b"x".repeat(10)).unwrap();
+        let line = format_cri_line(Utc::now(), Stream::Stdout, false, b"abc");
+        // The existing 10 bytes count: one more line reaches the maximum.
+        let max = 10 + line.len() as u64;
+        let mut log = CriLog::open(Some(&path), Some(max)).unwrap();
+        assert!(!log.is_full());
+        log.push(Stream::Stdout, b"abc\n", Utc::now());
+        assert!(log.is_full());
+        std::fs::rename(&path, dir.path().join("0.log.1")).unwrap();
+        log.reopen();
+        assert!(!log.is_full(), "a fresh file after the rotation");
+        assert!(
+            !CriLog::open(None, Some(0)).unwrap().is_full(),
+            "no log, nothing to fill"
+        );
+        assert!(!CriLog::open(Some(&path), None).unwrap().is_full());
     }
 }

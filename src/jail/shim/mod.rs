@@ -75,7 +75,7 @@ fn shim_main(state_dir: &Path, report: &mut Option<Sender<ShimReport>>) -> Resul
     let _lock = lock_state_dir(&state_dir)?;
     let spec = read_spec(&state_dir)?;
     info!(id = %spec.id, "shim starting");
-    let mut log = CriLog::open(spec.log_path.as_deref()).map_err(|err| {
+    let mut log = CriLog::open(spec.log_path.as_deref(), spec.log_max_size).map_err(|err| {
         let path = spec.log_path.as_deref().unwrap_or(Path::new("")).display();
         JailError::io(format!("cannot open the container log {path}"), err)
     })?;

@@ -43,6 +43,7 @@ pub(super) fn supervise(
     let mut status: Option<WaitStatus> = None;
     let mut drain_until: Option<Instant> = None;
     let mut buf = vec![0u8; READ_CHUNK];
+    let mut pause_reported = false;
 
     loop {
         if status.is_none() {
@@ -68,9 +69,18 @@ pub(super) fn supervise(
         if let (true, Some(pidfd)) = (watch_pidfd, &pidfd) {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
         }
+        // A full log pauses the copying while the process runs (its writes block until the log
+        // is rotated); its last output after exit is copied regardless.
+        let paused = status.is_none() && log.is_full();
+        if paused && !pause_reported {
+            info!("the container log is at its maximum size: output waits for its rotation");
+        }
+        pause_reported = paused;
         let first_output = fds.len();
-        for (_, file) in &outputs {
-            fds.push(PollFd::new(file.as_fd(), PollFlags::POLLIN));
+        if !paused {
+            for (_, file) in &outputs {
+                fds.push(PollFd::new(file.as_fd(), PollFlags::POLLIN));
+            }
         }
         let first_attach = fds.len();
         let plan = attach.as_ref().map(|a| a.poll_fds(&mut fds));
@@ -94,7 +104,7 @@ pub(super) fn supervise(
         }
         // Outputs in reverse so removing a closed one keeps the other indices valid.
         for index in (0..outputs.len()).rev() {
-            if !ready[first_output + index] {
+            if paused || !ready[first_output + index] {
                 continue;
             }
             let (stream, file) = &mut outputs[index];

@@ -118,26 +118,13 @@ impl Cgroups {
     /// set up with writable controllers.
     pub fn detect(rootless: bool) -> Cgroups {
         if rootless {
-            return Cgroups {
-                setup: None,
-                unavailable: Some(
-                    "not real root (user namespace or unprivileged): cgroup controllers cannot be configured"
-                        .to_string(),
-                ),
-                pod_max_pids: None,
-                hierarchies: Hierarchies::None,
-            };
+            return Cgroups::disabled(
+                "not real root (user namespace or unprivileged): cgroup controllers cannot be configured",
+            );
         }
         let setup = match libcgroups::common::get_cgroup_setup() {
             Ok(s) => s,
-            Err(e) => {
-                return Cgroups {
-                    setup: None,
-                    unavailable: Some(format!("no usable cgroup filesystem: {e}")),
-                    pod_max_pids: None,
-                    hierarchies: Hierarchies::None,
-                };
-            }
+            Err(e) => return Cgroups::disabled(&format!("no usable cgroup filesystem: {e}")),
         };
         let dirs: Vec<PathBuf> = match setup {
             CgroupSetup::Unified => vec![PathBuf::from(CGROUP_ROOT)],
@@ -164,9 +151,7 @@ impl Cgroups {
                     Err(e) => {
                         return Cgroups {
                             setup: Some(setup.to_string()),
-                            unavailable: Some(format!("cgroup v1 mount points: {e}")),
-                            pod_max_pids: None,
-                            hierarchies: Hierarchies::None,
+                            ..Cgroups::disabled(&format!("cgroup v1 mount points: {e}"))
                         };
                     }
                 }

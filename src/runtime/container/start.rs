@@ -46,6 +46,7 @@ impl ProcessRuntime {
                 },
             },
             log_path: record.log_path.clone(),
+            log_max_size: self.container_log_max_live_size,
         };
         if record.cgroups_path.is_some() {
             self.cgroups.prime_migration();

@@ -171,6 +171,7 @@ impl ProcessRuntime {
                         hostname: (!host_network).then(|| hostname.clone()),
                     },
                     log_path: None,
+                    log_max_size: None,
                 },
             )
             .await;
