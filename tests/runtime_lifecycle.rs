@@ -111,6 +111,30 @@ async fn full_pod_lifecycle_with_logs_and_events() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, ok);
 
+    // The infra dying outside the runtime's doing is published for the sandbox id (the sync
+    // loop's PLEG follows these events) and leaves the sandbox not ready.
+    let info = env.pod_status(&pod.0, true).await.info;
+    let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+    let infra = info["infraPid"].as_i64().expect("infra pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(infra), nix::sys::signal::SIGKILL).unwrap();
+    let stopped = loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("the infra's event in time")
+            .unwrap()
+            .unwrap();
+        if ev.container_id == pod.0 {
+            break ev;
+        }
+    };
+    assert_eq!(
+        stopped.container_event_type,
+        api::ContainerEventType::ContainerStoppedEvent as i32
+    );
+    let in_event = stopped.pod_sandbox_status.expect("the sandbox's status");
+    assert_eq!(in_event.state, api::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(in_event.metadata.unwrap().name, "life");
+
     // Stop and remove are idempotent.
     for _ in 0..2 {
         env.rt

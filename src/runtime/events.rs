@@ -30,19 +30,20 @@ impl Events {
     }
 
     /// A stream of events from now on. A subscriber that falls more than the capacity behind
-    /// skips the lost events (logged): the sync loop's periodic relist covers the gap.
+    /// gets an Aborted error in place of the lost events: the sync loop relists at once to
+    /// cover the gap, a gRPC client sees the call end.
     pub fn subscribe(&self) -> EventStream {
         BroadcastStream::new(self.tx.subscribe())
-            .filter_map(|item| async move {
-                match item {
-                    Ok(event) => Some(Ok(event)),
-                    Err(BroadcastStreamRecvError::Lagged(n)) => {
-                        tracing::warn!(
-                            lost = n,
-                            "container event subscriber lagged; events dropped"
-                        );
-                        None
-                    }
+            .map(|item| match item {
+                Ok(event) => Ok(event),
+                Err(BroadcastStreamRecvError::Lagged(n)) => {
+                    tracing::warn!(
+                        lost = n,
+                        "container event subscriber lagged; events dropped"
+                    );
+                    Err(tonic::Status::aborted(format!(
+                        "{n} container events lost: the subscriber fell behind"
+                    )))
                 }
             })
             .boxed()
@@ -64,5 +65,25 @@ mod tests {
         });
         let got = stream.next().await.unwrap().unwrap();
         assert_eq!(got.container_id, "c1");
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_fell_behind_gets_an_error_for_the_lost_events() {
+        let events = Events::default();
+        let mut stream = events.subscribe();
+        // The channel rounds its capacity up to a power of two.
+        for i in 0..EVENT_CAPACITY * 3 {
+            events.publish(api::ContainerEventResponse {
+                container_id: format!("c{i}"),
+                ..Default::default()
+            });
+        }
+        let lost = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(lost.code(), tonic::Code::Aborted, "{lost:?}");
+        let count: usize = lost.message().split(' ').next().unwrap().parse().unwrap();
+        assert!(count >= EVENT_CAPACITY, "{lost:?}");
+        // What is still buffered follows.
+        let next = stream.next().await.unwrap().unwrap();
+        assert_eq!(next.container_id, format!("c{count}"));
     }
 }

@@ -132,8 +132,11 @@ pub(crate) fn watch_container(
     });
 }
 
-/// Watches a pod's infra shim: when it exits the sandbox is no longer ready.
+/// Watches a pod's infra shim: when it exits the sandbox is no longer ready, and a
+/// CONTAINER_STOPPED event for the sandbox id (as containerd's sandbox events) tells an evented
+/// PLEG at once.
 pub(crate) fn watch_infra(
+    shared: Arc<Shared>,
     entry: Arc<SandboxEntry>,
     shim_pidfd: OwnedFd,
     shutdown: tokio::sync::watch::Receiver<()>,
@@ -150,6 +153,15 @@ pub(crate) fn watch_infra(
         }) {
             tracing::error!(sandbox = %id, error = %e, "cannot record the infra exit");
         }
+        shared.events.publish(api::ContainerEventResponse {
+            container_id: id,
+            container_event_type: api::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: shared.clock.now_ns(),
+            pod_sandbox_status: Some(crate::runtime::sandbox::status::sandbox_status(
+                &entry.snapshot(),
+            )),
+            containers_statuses: Vec::new(),
+        });
     });
 }
 

@@ -30,7 +30,12 @@ impl ProcessRuntime {
                 .and_then(|p| open_pidfd(p.shim_pid, p.shim_start_time));
             let entry = Arc::new(SandboxEntry::new(record.clone(), path));
             match infra_alive {
-                Some(pidfd) => watch_infra(entry.clone(), pidfd, self.shutdown.subscribe()),
+                Some(pidfd) => watch_infra(
+                    self.shared.clone(),
+                    entry.clone(),
+                    pidfd,
+                    self.shutdown.subscribe(),
+                ),
                 None if record.state == SandboxState::Ready => {
                     tracing::info!(sandbox = %record.id, "pod infra died while the runtime was away");
                     entry.update(|r| {

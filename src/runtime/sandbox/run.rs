@@ -197,7 +197,12 @@ impl ProcessRuntime {
             r.infra = Some(infra);
         });
         // Watched from here on, so the teardown below can wait for the infra to go.
-        watch_infra(entry.clone(), started.shim_pidfd, self.shutdown.subscribe());
+        watch_infra(
+            self.shared.clone(),
+            entry.clone(),
+            started.shim_pidfd,
+            self.shutdown.subscribe(),
+        );
         let attached = match recorded {
             Ok(()) => self.attach_network(&entry, dir).await,
             Err(e) => Err(e),
