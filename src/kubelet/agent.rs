@@ -14,11 +14,11 @@ use crate::kubelet::environment::PodEnvironment;
 use crate::kubelet::executor::Executor;
 use crate::kubelet::gc::containers::{GcPolicy, collect};
 use crate::kubelet::gc::images::{ImageGc, ImageGcPolicy};
-use crate::kubelet::gc::logs::rotate_all;
+use crate::kubelet::gc::logs::{LogPaths, rotate_all};
 use crate::kubelet::housekeeping::{self, Orphans};
 use crate::kubelet::labels;
 use crate::kubelet::metrics::KubeletMetrics;
-use crate::kubelet::pleg::{Pleg, PlegHealth};
+use crate::kubelet::pleg::{Pleg, PlegHealth, RelistPeriods};
 use crate::kubelet::podconfig::spec::resources::qos_class;
 use crate::kubelet::podconfig::{ObjectSource, PodEvent};
 use crate::kubelet::prober::manager::ProbeManager;
@@ -168,7 +168,10 @@ impl Agent {
         let pleg = Arc::new(Pleg::new(
             parts.runtime,
             parts.clock,
-            config.timings.pleg_relist,
+            RelistPeriods {
+                plain: config.timings.pleg_relist,
+                evented: config.timings.pleg_relist_evented,
+            },
             config.timings.pleg_unhealthy_after,
             parts.metrics,
         ));
@@ -304,6 +307,7 @@ impl Agent {
         let mut container_gc_tick = interval(timings.container_gc);
         let mut image_gc_tick = interval(self.image_gc.period);
         let mut log_tick = interval(timings.log_rotation);
+        let log_paths = Arc::new(LogPaths::default());
         let mut pleg_was_healthy = true;
         tokio::pin!(shutdown);
         loop {
@@ -370,10 +374,10 @@ impl Agent {
                     });
                 }
                 _ = log_tick.tick() => {
-                    let deps = Arc::clone(&deps);
+                    let (deps, log_paths) = (Arc::clone(&deps), Arc::clone(&log_paths));
                     log_job.start(async move {
                         if let Err(status) =
-                            rotate_all(deps.runtime.as_ref(), &deps.config, deps.clock.wall()).await
+                            rotate_all(deps.runtime.as_ref(), &deps.config, &log_paths, deps.clock.wall()).await
                         {
                             tracing::warn!(error = %status, "log rotation failed");
                         }

@@ -137,10 +137,73 @@ pub async fn rotate_container_log(
     Ok(true)
 }
 
+/// The live log of each running container, as its status gave it: a container's log path
+/// never changes, so rotation asks the runtime only about containers it has not seen (with
+/// hundreds of containers, a ContainerStatus each per check was most of the rotation's work).
+#[derive(Default)]
+pub struct LogPaths(std::sync::Mutex<std::collections::HashMap<String, Option<PathBuf>>>);
+
+impl LogPaths {
+    fn get(&self, id: &str) -> Option<Option<PathBuf>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn insert(&self, id: &str, path: Option<PathBuf>) {
+        let mut paths = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        paths.insert(id.to_string(), path);
+    }
+
+    /// Forgets the containers not in `running`.
+    fn keep(&self, running: &[api::Container]) {
+        let ids: std::collections::HashSet<&str> = running.iter().map(|c| c.id.as_str()).collect();
+        let mut paths = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        paths.retain(|id, _| ids.contains(id.as_str()));
+    }
+}
+
+/// The live log of a container: its status's log path, under its pod's log directory when
+/// relative; `Some(None)` when it has none, None when its status could not be read.
+async fn live_log(
+    runtime: &dyn RuntimeService,
+    config: &AgentConfig,
+    container: &api::Container,
+) -> Option<Option<PathBuf>> {
+    let status = runtime
+        .container_status(api::ContainerStatusRequest {
+            container_id: container.id.clone(),
+            verbose: false,
+        })
+        .await
+        .ok()?
+        .status
+        .unwrap_or_default();
+    if status.log_path.is_empty() {
+        return Some(None);
+    }
+    if Path::new(&status.log_path).is_absolute() {
+        return Some(Some(PathBuf::from(&status.log_path)));
+    }
+    let label = |key: &str| container.labels.get(key).cloned().unwrap_or_default();
+    Some(Some(
+        PathBuf::from(pod_log_directory(
+            config,
+            &label(labels::POD_NAMESPACE),
+            &label(labels::POD_NAME),
+            &label(labels::POD_UID),
+        ))
+        .join(&status.log_path),
+    ))
+}
+
 /// Rotates the logs of every running container.
 pub async fn rotate_all(
     runtime: &dyn RuntimeService,
     config: &AgentConfig,
+    paths: &LogPaths,
     now: SystemTime,
 ) -> crate::cri::CriResult<usize> {
     let running = runtime
@@ -154,32 +217,21 @@ pub async fn rotate_all(
         })
         .await?
         .containers;
+    paths.keep(&running);
     let mut rotated = 0;
     for container in running {
-        let status = match runtime
-            .container_status(api::ContainerStatusRequest {
-                container_id: container.id.clone(),
-                verbose: false,
-            })
-            .await
-        {
-            Ok(resp) => resp.status.unwrap_or_default(),
-            Err(_) => continue,
+        let live = match paths.get(&container.id) {
+            Some(known) => known,
+            None => match live_log(runtime, config, &container).await {
+                Some(live) => {
+                    paths.insert(&container.id, live.clone());
+                    live
+                }
+                None => continue,
+            },
         };
-        if status.log_path.is_empty() {
+        let Some(live) = live else {
             continue;
-        }
-        let live = if Path::new(&status.log_path).is_absolute() {
-            PathBuf::from(&status.log_path)
-        } else {
-            let label = |key: &str| container.labels.get(key).cloned().unwrap_or_default();
-            PathBuf::from(pod_log_directory(
-                config,
-                &label(labels::POD_NAMESPACE),
-                &label(labels::POD_NAME),
-                &label(labels::POD_UID),
-            ))
-            .join(&status.log_path)
         };
         let (max_size, max_files) = (
             config.container_log_max_size,

@@ -131,12 +131,15 @@ impl StatusManager {
         Ok(true)
     }
 
-    /// Rewrites files that are missing or were not written.
+    /// Rewrites files that are missing, of another size than written, or were not written.
+    /// A stat per file, not a read: with hundreds of pods this runs every few seconds.
     pub fn flush(&self) {
         let mut entries = self.entries();
         for entry in entries.values_mut() {
-            let on_disk = std::fs::read(&entry.path).ok();
-            if entry.written.is_some() && on_disk == entry.written {
+            let on_disk = std::fs::metadata(&entry.path).ok().map(|m| m.len());
+            if let Some(written) = &entry.written
+                && on_disk == Some(written.len() as u64)
+            {
                 continue;
             }
             let bytes = match serde_yaml_ng::to_string(&entry.pod) {

@@ -73,10 +73,18 @@ impl SourceState {
         scan: BTreeMap<PathBuf, FileRead>,
         node_name: Option<&str>,
     ) -> Changes {
+        let before = self.files.len();
         self.files.retain(|path, _| scan.contains_key(path));
+        let mut changed = self.files.len() != before;
         for (path, read) in scan {
+            let known = self.files.contains_key(&path);
             let entry = self.files.entry(path.clone()).or_default();
-            update_entry(&path, entry, read, node_name);
+            changed |= update_entry(&path, entry, read, node_name) || !known;
+        }
+        // The periodic rescan of an unchanged directory: nothing to merge (with hundreds of
+        // pods the merge and its comparisons were most of an idle agent's manifest work).
+        if !changed {
+            return Changes::default();
         }
         let (pods, order, objects) = self.merge();
         let mut changes = Changes::default();
@@ -219,19 +227,27 @@ fn content_keys(content: &ManifestContent) -> Vec<(&'static str, String, String)
     keys
 }
 
-fn update_entry(path: &Path, entry: &mut FileEntry, read: FileRead, node_name: Option<&str>) {
+/// Updates a file's entry from what was read; false when it is as before.
+fn update_entry(
+    path: &Path,
+    entry: &mut FileEntry,
+    read: FileRead,
+    node_name: Option<&str>,
+) -> bool {
     match read {
         FileRead::Unreadable(reason) => {
+            let changed = entry.digest.is_some() || entry.errors != [reason.clone()];
             if entry.errors != [reason.clone()] {
                 tracing::warn!(file = %path.display(), "cannot read manifest: {reason}");
             }
             entry.digest = None;
             entry.errors = vec![reason];
+            changed
         }
         FileRead::Content(bytes) => {
             let digest: [u8; 32] = Sha256::digest(&bytes).into();
             if entry.digest == Some(digest) {
-                return;
+                return false;
             }
             entry.digest = Some(digest);
             match parse_manifest(path, &bytes, node_name) {
@@ -249,6 +265,7 @@ fn update_entry(path: &Path, entry: &mut FileEntry, read: FileRead, node_name: O
                     entry.errors = errors;
                 }
             }
+            true
         }
     }
 }
