@@ -1,9 +1,7 @@
 //! Pod lifecycle event generator. Container start/death events come straight from the runtime's
-//! `GetContainerEvents` stream (no polling delay); a periodic relist is the safety net: its pure
-//! [`diff`] of two snapshots yields the events a missed stream message would have. As kubelet's
-//! Evented PLEG, it relists rarely while the stream is followed and every second while it is
-//! not; connecting or losing the stream relists at once. Health: unhealthy when no relist
-//! completed for 3 minutes.
+//! `GetContainerEvents` stream (no polling delay); a periodic relist (1 s) is the safety net:
+//! its pure [`diff`] of two snapshots yields the events a missed stream message would have.
+//! Health: unhealthy when no relist completed for 3 minutes.
 
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::clock::Clock;
@@ -206,24 +204,11 @@ impl PlegHealth {
     }
 }
 
-/// How often the PLEG relists: every `plain` while it does not follow the runtime's event
-/// stream, every `evented` while it does.
-#[derive(Clone, Copy, Debug)]
-pub struct RelistPeriods {
-    pub plain: Duration,
-    pub evented: Duration,
-}
-
 /// The PLEG: forwards events for pods to `sink`.
 pub struct Pleg {
     runtime: Arc<dyn RuntimeService>,
     clock: Arc<dyn Clock>,
-    periods: RelistPeriods,
-    /// The event stream is connected.
-    following: std::sync::atomic::AtomicBool,
-    /// Wakes the relist loop when the stream connects (a baseline taken after subscribing)
-    /// or is lost (the gap).
-    relist_now: tokio::sync::Notify,
+    relist_period: Duration,
     health: PlegHealth,
     last: Arc<Mutex<Snapshot>>,
     metrics: Arc<KubeletMetrics>,
@@ -233,7 +218,7 @@ impl Pleg {
     pub fn new(
         runtime: Arc<dyn RuntimeService>,
         clock: Arc<dyn Clock>,
-        periods: RelistPeriods,
+        relist_period: Duration,
         unhealthy_after: Duration,
         metrics: Arc<KubeletMetrics>,
     ) -> Self {
@@ -241,9 +226,7 @@ impl Pleg {
         Pleg {
             runtime,
             clock,
-            periods,
-            following: Default::default(),
-            relist_now: Default::default(),
+            relist_period,
             health,
             last: Arc::new(Mutex::new(Snapshot::default())),
             metrics,
@@ -277,7 +260,10 @@ impl Pleg {
     /// Runs the relist loop and the event-stream reader until `sink` closes.
     pub async fn run(self: Arc<Self>, sink: mpsc::Sender<PlegEvent>) {
         let stream_task = tokio::spawn(Arc::clone(&self).follow_events(sink.clone()));
+        let mut ticker = tokio::time::interval(self.relist_period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            ticker.tick().await;
             match self.relist().await {
                 Ok(events) => {
                     for event in events {
@@ -289,22 +275,6 @@ impl Pleg {
                 }
                 Err(status) => tracing::warn!(error = %status, "PLEG relist failed"),
             }
-            let period = if self.following.load(std::sync::atomic::Ordering::Acquire) {
-                self.periods.evented
-            } else {
-                self.periods.plain
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(period) => {}
-                _ = self.relist_now.notified() => {}
-            }
-        }
-    }
-
-    fn set_following(&self, following: bool) {
-        use std::sync::atomic::Ordering;
-        if self.following.swap(following, Ordering::AcqRel) != following {
-            self.relist_now.notify_one();
         }
     }
 
@@ -317,7 +287,6 @@ impl Pleg {
                 .await
             {
                 Ok(mut stream) => {
-                    self.set_following(true);
                     while let Some(item) = stream.next().await {
                         let event = match item {
                             Ok(event) => event,
@@ -338,7 +307,6 @@ impl Pleg {
                             return;
                         }
                     }
-                    self.set_following(false);
                 }
                 Err(status) => {
                     tracing::warn!(error = %status, "cannot follow container events; relist only")
@@ -347,7 +315,7 @@ impl Pleg {
             if sink.is_closed() {
                 return;
             }
-            tokio::time::sleep(self.periods.plain).await;
+            tokio::time::sleep(self.relist_period).await;
         }
     }
 
@@ -495,44 +463,5 @@ mod tests {
         health.record(start + Duration::from_secs(200));
         assert!(health.check(start + Duration::from_secs(300)).is_ok());
         assert!(health.check(start + Duration::from_secs(381)).is_err());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn relists_rarely_while_following_the_event_stream_and_every_period_without() {
-        use crate::kubelet::clock::FakeClock;
-        use crate::kubelet::fake::FakeRuntime;
-        let periods = RelistPeriods {
-            plain: Duration::from_secs(1),
-            evented: Duration::from_secs(60),
-        };
-        // The first relist, one when the stream connects; else one a second.
-        for (stream, want) in [(true, 1..=2), (false, 10..=11)] {
-            let clock = Arc::new(FakeClock::new());
-            let runtime = FakeRuntime::new(clock.clone());
-            runtime.set_event_stream(stream);
-            let metrics = Arc::new(KubeletMetrics::new());
-            let pleg = Arc::new(Pleg::new(
-                runtime,
-                clock,
-                periods,
-                Duration::from_secs(180),
-                Arc::clone(&metrics),
-            ));
-            let (sink, _events) = mpsc::channel(10);
-            let task = tokio::spawn(pleg.run(sink));
-            tokio::time::sleep(Duration::from_millis(10_500)).await;
-            task.abort();
-            let text = metrics.render().unwrap();
-            let relists: usize = text
-                .lines()
-                .find_map(|l| l.strip_prefix("kubelet_pleg_relist_duration_seconds_count "))
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert!(
-                want.contains(&relists),
-                "event stream {stream}: {relists} relists in 10.5 s"
-            );
-        }
     }
 }
