@@ -373,8 +373,8 @@ impl Agent {
                 _ = log_tick.tick() => {
                     let (deps, log_paths) = (Arc::clone(&deps), Arc::clone(&log_paths));
                     log_job.start(async move {
-                        if let Err(status) =
-                            rotate_all(deps.runtime.as_ref(), &deps.config, &log_paths, deps.clock.wall()).await
+                        let (runtime, now) = (deps.runtime.as_ref(), deps.clock.wall());
+                        if let Err(status) = rotate_all(runtime, &deps.config, &log_paths, now).await
                         {
                             tracing::warn!(error = %status, "log rotation failed");
                         }
