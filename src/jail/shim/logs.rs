@@ -167,7 +167,8 @@ impl CriLog {
             return;
         }
         // Keep draining the container's pipes even when the disk is full: a blocked container
-        // is worse than lost log lines. Say so once per file.
+        // is worse than lost log lines, so a failed write does not count towards `is_full`.
+        // Say so once per file.
         match file.write_all(batch) {
             Ok(()) => self.size += batch.len() as u64,
             Err(err) if !self.write_error_reported => {

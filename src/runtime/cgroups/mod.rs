@@ -306,14 +306,8 @@ impl Cgroups {
             };
             matches.then(|| PathBuf::from(path))
         })?;
-        let dir = self.hierarchies.dir(
-            if controller.is_empty() {
-                "pids"
-            } else {
-                controller
-            },
-            &path,
-        )?;
+        // The unified hierarchy has one directory for every controller.
+        let dir = self.hierarchies.dir("pids", &path)?;
         Some(dir.join("cgroup.procs"))
     }
 
