@@ -159,24 +159,33 @@ fn the_image_runs_as_a_privileged_container_and_stops_cleanly() {
     // the container's; podman keeps its monitor's, `conmon`, with no process left in it), no
     // mount of the container or under its volumes, no network namespace of it or its pods, no
     // bridge or iptables rule of its pod network.
-    let cgroups: Vec<String> = cgroup_dirs(&cgroup)
-        .into_iter()
-        .flat_map(|dir| {
-            walkdir::WalkDir::new(dir)
-                .min_depth(1)
-                .into_iter()
-                .flatten()
-        })
-        .filter(|e| e.file_type().is_dir())
-        .filter(|e| {
-            e.file_name() != "conmon"
-                || !std::fs::read_to_string(e.path().join("cgroup.procs"))
-                    .unwrap()
-                    .trim()
-                    .is_empty()
-        })
-        .map(|e| e.path().display().to_string())
-        .collect();
+    // podman's monitor exits a moment after `podman stop` returns: wait for it to leave its
+    // cgroup before looking (it is podman's process, not one of runp's).
+    let left_cgroups = || -> Vec<String> {
+        cgroup_dirs(&cgroup)
+            .into_iter()
+            .flat_map(|dir| {
+                walkdir::WalkDir::new(dir)
+                    .min_depth(1)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|e| e.file_type().is_dir())
+            .filter(|e| {
+                e.file_name() != "conmon"
+                    || !std::fs::read_to_string(e.path().join("cgroup.procs"))
+                        .unwrap_or_default()
+                        .trim()
+                        .is_empty()
+            })
+            .map(|e| e.path().display().to_string())
+            .collect()
+    };
+    let conmon_running = |left: &[String]| left.iter().any(|d| d.ends_with("/conmon"));
+    wait_until("podman's conmon to exit", || {
+        !conmon_running(&left_cgroups())
+    });
+    let cgroups = left_cgroups();
     assert!(
         cgroups.is_empty(),
         "cgroups left: {cgroups:#?}\n{agent_said}"
