@@ -93,18 +93,6 @@ fn the_shim_outlives_signals_and_its_parent() {
     wait_until("the orphaned shim to exit", || is_dead(shim));
 }
 
-fn fd_targets(pid: i32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .map(|e| {
-            std::fs::read_link(e.unwrap().path())
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn no_fd_leaks_into_the_shim_or_the_container() {
     if skip_without_root("no_fd_leaks_into_the_shim_or_the_container") {

@@ -454,3 +454,70 @@ async fn serve_killed_while_running_pods_restarts_consistent() {
     remove_everything_and_check(&served, dir).await;
     served.sigkill().await;
 }
+
+/// Children of `parent` started as `runp zygote`.
+fn zygotes_of(parent: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let is_zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice());
+        if ppid == Some(parent) && is_zygote {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shim_zygote_is_replaced_and_its_shims_run_on() {
+    const TEST: &str = "a_killed_shim_zygote_is_replaced_and_its_shims_run_on";
+    if !is_root() {
+        return skip(TEST, "root (real or mapped)");
+    }
+    let (dir, _guard) = test_dir();
+    let dir = dir.path();
+    let served = Served::start(dir, 1).await;
+    let pod = run_pod(&served.rt, dir, "first").await;
+    let first = create_and_start(&served.rt, &pod, "before").await.unwrap();
+    let zygotes = zygotes_of(served.pid);
+    assert_eq!(zygotes.len(), 1, "one zygote forks the shims: {zygotes:?}");
+    // Not `kill`: the zygote is the server's child, not ours to reap.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(zygotes[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while zygotes_of(served.pid).contains(&zygotes[0]) {
+        assert!(std::time::Instant::now() < deadline, "the zygote lives on");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The next start notices, and a new zygote forks its shims.
+    let other = run_pod(&served.rt, dir, "second").await;
+    let second = create_and_start(&served.rt, &other, "after").await.unwrap();
+    let replaced = zygotes_of(served.pid);
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_ne!(replaced[0], zygotes[0]);
+    for id in [&first, &second] {
+        let st = status_of(&served.rt, id).await.unwrap();
+        assert_eq!(
+            st.state,
+            api::ContainerState::ContainerRunning as i32,
+            "{st:?}"
+        );
+    }
+    remove_everything_and_check(&served, dir).await;
+    served.sigkill().await;
+}

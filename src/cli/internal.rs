@@ -13,6 +13,12 @@ pub enum InternalCommand {
         /// Directory holding shim.json; shim.log and exit.json are written there.
         state_dir: PathBuf,
     },
+    /// Fork shims on the runtime's request (started by the runtime).
+    #[command(hide = true)]
+    Zygote {
+        /// Room for the command line of the shims it forks.
+        room: Option<String>,
+    },
     /// Run one process inside a running container (started by the runtime).
     #[command(hide = true, name = "exec-helper")]
     ExecHelper,
@@ -29,9 +35,9 @@ pub enum InternalCommand {
 pub fn run(cmd: InternalCommand) -> ExitCode {
     let code = match cmd {
         // stderr is the shim's shim.log.
-        InternalCommand::Shim { state_dir } => runp::jail::run_shim(&state_dir, || {
-            init_tracing("info,libcontainer=warn,libcgroups=error")
-        }),
+        InternalCommand::Shim { state_dir } => runp::jail::run_shim(&state_dir, init_shim_tracing),
+        // stderr is the runtime's; each shim it forks logs to its shim.log.
+        InternalCommand::Zygote { room: _ } => runp::jail::run_zygote(init_shim_tracing),
         // stderr is the agent's: only say something when it matters.
         InternalCommand::ExecHelper => runp::jail::run_exec_helper(|| init_tracing("error")),
         // stderr is the shim's: libcontainer logs a failed hook with it.
@@ -46,6 +52,10 @@ pub fn run(cmd: InternalCommand) -> ExitCode {
         }
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(u8::MAX))
+}
+
+fn init_shim_tracing() {
+    init_tracing("info,libcontainer=warn,libcgroups=error")
 }
 
 /// Logs to a close-on-exec copy of stderr, filtered by RUNP_LOG when set. A copy, because

@@ -24,6 +24,7 @@ mod proc;
 mod propagation;
 mod shim;
 mod spawn;
+mod zygote;
 
 pub use console::{recv_fd, set_window_size};
 pub use error::JailError;
@@ -40,6 +41,7 @@ pub use propagation::{PropagationError, apply_mount_propagation};
 pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
 pub use shim::run_shim;
 pub use spawn::{spawn_exec, spawn_program, spawn_shim};
+pub use zygote::{Zygote, ZygoteError, run_zygote};
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;

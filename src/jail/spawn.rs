@@ -34,20 +34,7 @@ const KEPT_ENV: &[&str] = &["PATH", "RUNP_LOG", "RUST_BACKTRACE"];
 
 /// Starts `runp shim <state_dir>` in a new session. `<state_dir>/shim.json` must exist.
 pub fn spawn_shim(runp_exe: &Path, state_dir: &Path) -> Result<SpawnedShim, JailError> {
-    let spec_path = state_dir.join(super::SHIM_SPEC_FILE);
-    if !spec_path.is_file() {
-        return Err(JailError::InvalidSpec(format!(
-            "{} does not exist",
-            spec_path.display()
-        )));
-    }
-    // The shim's stdout/stderr (its diagnostics) go to shim.log from its first instruction.
-    let log_path = state_dir.join(super::SHIM_LOG_FILE);
-    let shim_log = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(&log_path)
-        .map_err(|err| JailError::io(format!("cannot open {}", log_path.display()), err))?;
+    let shim_log = open_shim_log(state_dir)?;
     let (report_tx, report_rx) = channel::pipe::<ShimReport>()?;
     let report_tx = report_tx.into_owned_fd();
     let pid = reexec(
@@ -68,6 +55,24 @@ pub fn spawn_shim(runp_exe: &Path, state_dir: &Path) -> Result<SpawnedShim, Jail
         pid,
         report: report_rx,
     })
+}
+
+/// The shim's stdout/stderr (its diagnostics) go to `shim.log` from its first instruction.
+/// Fails when `shim.json` is missing.
+pub(super) fn open_shim_log(state_dir: &Path) -> Result<std::fs::File, JailError> {
+    let spec_path = state_dir.join(super::SHIM_SPEC_FILE);
+    if !spec_path.is_file() {
+        return Err(JailError::InvalidSpec(format!(
+            "{} does not exist",
+            spec_path.display()
+        )));
+    }
+    let log_path = state_dir.join(super::SHIM_LOG_FILE);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&log_path)
+        .map_err(|err| JailError::io(format!("cannot open {}", log_path.display()), err))
 }
 
 /// Starts `runp exec-helper` for `spec`. The returned stdout/stderr are the read ends of the
@@ -170,14 +175,14 @@ fn preload_spec(tx: channel::Sender<ExecSpec>, spec: &ExecSpec) -> Result<(), Ja
 }
 
 /// Where a helper's own stdout/stderr go.
-struct Output {
-    stdout: Stdio,
-    stderr: Stdio,
+pub(super) struct Output {
+    pub stdout: Stdio,
+    pub stderr: Stdio,
 }
 
 /// Re-executes `exe args..` with stdin on /dev/null, the given output, and each `(fd, target)`
 /// of `fds` placed at `target`.
-fn reexec(
+pub(super) fn reexec(
     exe: &Path,
     args: &[&OsStr],
     fds: &[(&OwnedFd, RawFd)],

@@ -115,6 +115,8 @@ pub struct ProcessRuntime {
     ids: spec::IdMapping,
     shim_start_timeout: Duration,
     container_log_max_live_size: Option<u64>,
+    /// Forks the shims (see jail::Zygote); `None` until the first one, and after it died.
+    zygote: Mutex<Option<Arc<crate::jail::Zygote>>>,
     network: network::Network,
     /// Host-wide notices already logged (each once).
     notices: Mutex<std::collections::HashSet<String>>,
@@ -193,6 +195,7 @@ impl ProcessRuntime {
             ids: read_id_mapping(),
             shim_start_timeout: opts.shim_start_timeout,
             container_log_max_live_size: opts.container_log_max_live_size,
+            zygote: Mutex::new(None),
             network,
             notices: Mutex::new(Default::default()),
             shutdown: tokio::sync::watch::channel(()).0,

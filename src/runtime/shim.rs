@@ -3,7 +3,7 @@
 use crate::jail::{self, PodNamespacePaths, ShimReport, ShimSpec};
 use crate::runtime::ProcessRuntime;
 use crate::runtime::error::{Result, RuntimeError};
-use crate::runtime::state::{ProcessRecord, write_volatile_json};
+use crate::runtime::state::{ProcessRecord, lock, write_volatile_json};
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -44,10 +44,8 @@ impl ProcessRuntime {
         // again (see write_volatile).
         self.wait_for_earlier_shim(state_dir).await?;
         write_volatile_json(&state_dir.join(jail::SHIM_SPEC_FILE), &spec)?;
-        let spawned = jail::spawn_shim(&self.runp_exe, state_dir)?;
+        let spawned = self.spawn_shim(state_dir)?;
         let shim_pid = spawned.pid;
-        // The shim's exit is observed through its pidfd; its wait status is of no interest.
-        self.reaper.forget(shim_pid);
         let shim_pidfd = Pid::from_raw(shim_pid)
             .ok_or_else(|| RuntimeError::Internal(format!("bad shim pid {shim_pid}")))
             .and_then(|pid| {
@@ -102,6 +100,49 @@ impl ProcessRuntime {
             tracing::warn!(state = %state_dir.display(), ?killed, "killed what an unreported shim had started");
         }
         Err(error)
+    }
+}
+
+impl ProcessRuntime {
+    /// Starts the shim of `state_dir` through the zygote (started on first use, and again after
+    /// it died), or by exec'ing `runp shim` when there is none.
+    fn spawn_shim(&self, state_dir: &Path) -> Result<jail::SpawnedShim> {
+        let zygote = {
+            let mut slot = lock(&self.zygote);
+            if slot.is_none() {
+                match jail::Zygote::start(&self.runp_exe) {
+                    Ok(zygote) => {
+                        // Its exit is of no interest either: a new one is started on demand.
+                        self.reaper.forget(zygote.pid());
+                        *slot = Some(std::sync::Arc::new(zygote));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start the shim zygote; exec'ing shims")
+                    }
+                }
+            }
+            slot.clone()
+        };
+        if let Some(zygote) = zygote {
+            match zygote.spawn_shim(state_dir) {
+                Ok(spawned) => return Ok(spawned),
+                Err(jail::ZygoteError::Gone(e)) => {
+                    tracing::warn!(error = %e, "the shim zygote is gone; a new one starts with the next shim");
+                    let mut slot = lock(&self.zygote);
+                    if slot
+                        .as_ref()
+                        .is_some_and(|z| std::sync::Arc::ptr_eq(z, &zygote))
+                    {
+                        *slot = None;
+                    }
+                }
+                Err(jail::ZygoteError::Failed(e)) => return Err(e.into()),
+            }
+        }
+        let spawned = jail::spawn_shim(&self.runp_exe, state_dir)?;
+        // The shim's exit is observed through its pidfd; its wait status is of no interest.
+        self.reaper.forget(spawned.pid);
+        Ok(spawned)
     }
 }
 

@@ -446,6 +446,19 @@ pub fn exec_to_end(spec: &jail::ExecSpec) -> ExecOutcome {
     }
 }
 
+/// Where each open fd of `pid` points (`/proc/PID/fd`).
+pub fn fd_targets(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| {
+            std::fs::read_link(e.unwrap().path())
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect()
+}
+
 /// Whether `pid` is gone or a zombie (dead either way).
 pub fn is_dead(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
