@@ -5,7 +5,7 @@
 use super::digest::Digest;
 use super::error::{ImageError, IoContext};
 use super::rootfs::RootfsKind;
-use crate::util::atomic_file::write_json_atomic;
+use crate::util::atomic_file::replace_atomic;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -66,9 +66,16 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Option<Lease>, ImageError> {
     }
 }
 
+/// Replaced atomically but not fsynced: a lease guards layers against removal while a
+/// container may run on them, and a power loss ends every container. Another process (`runp
+/// image rm`) and a restarted runtime see it as soon as it is renamed into place. Two fsync
+/// pairs fewer per CreateContainer (~1 ms on a virtio disk).
 pub fn write(dir: &Path, lease: &Lease) -> Result<(), ImageError> {
     let path = lease_path(dir, &lease.holder);
-    write_json_atomic(&path, lease).context(|| format!("writing {}", path.display()))
+    serde_json::to_vec_pretty(lease)
+        .map_err(io::Error::other)
+        .and_then(|bytes| replace_atomic(&path, &bytes))
+        .context(|| format!("writing {}", path.display()))
 }
 
 pub fn remove(dir: &Path, holder: &str) -> Result<(), ImageError> {

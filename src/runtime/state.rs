@@ -351,6 +351,11 @@ impl<R: Clone + Serialize> Entry<R> {
         write_json_atomic(&self.path, &*guard).map_err(RuntimeError::io("writing", &self.path))
     }
 
+    /// [`Self::persist`] without fsync (see [`Self::update_volatile`]).
+    pub fn persist_volatile(&self) -> Result<()> {
+        write_volatile_json(&self.path, &*lock(&self.record))
+    }
+
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
     }

@@ -147,9 +147,15 @@ impl ProcessRuntime {
             shm_mounted,
             listing: Default::default(),
         };
-        // Persist before starting anything, so a crash leaves a record to clean up.
+        // Persist before starting anything, so a crash leaves a record to clean up. Durably
+        // only with a CNI attachment: its IPAM allocation is the one thing here that outlives
+        // a power loss (mounts, cgroups and processes do not), and DEL must find it.
         let entry = Arc::new(SandboxEntry::new(record, dir.join("sandbox.json")));
-        entry.persist()?;
+        if entry.with(|r| r.network.is_some()) {
+            entry.persist()?;
+        } else {
+            entry.persist_volatile()?;
+        }
         if let Some(cg) = &cgroup_parent {
             self.cgroups.create(cg, linux.resources.as_ref())?;
         }
