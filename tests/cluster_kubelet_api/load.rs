@@ -213,6 +213,32 @@ fn flood_dir(root: &Path) -> PathBuf {
     dir.path().join("flood")
 }
 
+/// For a stalled flood: the log directory's files and sizes, and the end of every shim log
+/// under `root` (the flood's shim says whether it waits for a rotation).
+fn flood_diagnostics(root: &Path, dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        out += &format!("{} {size}\n", entry.file_name().to_string_lossy());
+    }
+    // State dirs are a few levels down; rootfs trees below them need no visit.
+    let mut pending = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && depth < 8 {
+                pending.push((path, depth + 1));
+            } else if entry.file_name() == "shim.log" {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(4)..];
+                out += &format!("{}:\n  {}\n", path.display(), tail.join("\n  "));
+            }
+        }
+    }
+    out
+}
+
 fn rotated_files(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()
@@ -245,11 +271,12 @@ pub fn large_rotated_log(
     let mut stream = curl_follow(port, "flood", auth);
     let (tx, lines) = mpsc::channel();
     forward_lines(&mut stream.0, 0, tx);
-    let next = || {
-        lines
-            .recv_timeout(HANG_GUARD)
-            .expect("a followed flood line")
-            .1
+    let next = || match lines.recv_timeout(HANG_GUARD) {
+        Ok((_, line)) => line,
+        Err(err) => panic!(
+            "a followed flood line: {err}\n{}",
+            flood_diagnostics(root, &dir)
+        ),
     };
     assert_eq!(next(), "flood-start");
     cluster.kubectl_ok(&["exec", "kapi-load", "-c", "flood", "--", "touch", "/tmp/go"]);
