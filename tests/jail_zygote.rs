@@ -58,9 +58,10 @@ fn a_forked_shim_is_an_exec_shim_in_all_but_its_birth_and_outlives_the_zygote() 
         "{:?}",
         String::from_utf8_lossy(&cmdline)
     );
-    // Its own diagnostics in shim.log, not the zygote's stderr.
+    // Its own diagnostics in shim.log, not the zygote's stderr (this line comes before the
+    // report; the ones after it may not be written yet).
     assert!(
-        run.shim_log().contains("process started"),
+        run.shim_log().contains("shim starting"),
         "{}",
         run.shim_log()
     );
@@ -120,4 +121,28 @@ fn a_dead_zygote_is_gone_and_starts_nothing() {
     let pid = zygote.pid();
     drop(zygote);
     assert_eq!(reap(pid), WaitStatus::Exited(Pid::from_raw(pid), 0));
+}
+
+#[test]
+fn a_zygote_that_does_not_answer_takes_no_more_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    std::fs::write(state_dir.join(jail::SHIM_SPEC_FILE), "{}").unwrap();
+    let zygote = Zygote::start(&runp_exe()).unwrap();
+    let pid = Pid::from_raw(zygote.pid());
+    // Stopped, it reads no request: the answer times out (10 s).
+    kill(pid, Signal::SIGSTOP).unwrap();
+    assert!(matches!(
+        zygote.spawn_shim(&state_dir),
+        Err(ZygoteError::Failed(_))
+    ));
+    // A late answer would be taken for the next request's: the next one is refused as gone.
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert!(matches!(
+        zygote.spawn_shim(&state_dir),
+        Err(ZygoteError::Gone(_))
+    ));
+    drop(zygote);
+    assert_eq!(reap(pid.as_raw()), WaitStatus::Exited(pid, 0));
 }

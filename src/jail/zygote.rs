@@ -29,6 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// fd of `runp zygote`'s end of its socket.
@@ -57,6 +58,9 @@ pub enum ZygoteError {
 pub struct Zygote {
     pid: i32,
     socket: Mutex<OwnedFd>,
+    /// A request went unanswered: a late answer could be taken for the next one's, so this
+    /// zygote takes no more requests.
+    unsynced: AtomicBool,
 }
 
 impl Zygote {
@@ -90,6 +94,7 @@ impl Zygote {
         Ok(Zygote {
             pid,
             socket: Mutex::new(ours),
+            unsynced: AtomicBool::new(false),
         })
     }
 
@@ -106,6 +111,11 @@ impl Zygote {
         let path = state_dir.as_os_str().as_bytes();
         let fds = [report_tx.as_raw_fd(), shim_log.as_raw_fd()];
         let socket = self.socket.lock().unwrap_or_else(|e| e.into_inner());
+        if self.unsynced.load(Ordering::Relaxed) {
+            return Err(ZygoteError::Gone(JailError::Container(
+                "an earlier request to the shim zygote went unanswered".into(),
+            )));
+        }
         sendmsg::<()>(
             socket.as_raw_fd(),
             &[IoSlice::new(path)],
@@ -117,12 +127,14 @@ impl Zygote {
         // Only the shim may hold the write end: its death then reads as EOF.
         drop(report_tx);
         let mut answer = [0u8; 4];
-        let read = nix::unistd::read(socket.as_raw_fd(), &mut answer)
-            .map_err(|err| ZygoteError::Failed(JailError::sys("the shim zygote's answer", err)))?;
-        if read != answer.len() {
-            return Err(ZygoteError::Failed(JailError::Container(
-                "the shim zygote exited before answering".into(),
-            )));
+        let read = nix::unistd::read(socket.as_raw_fd(), &mut answer);
+        if read != Ok(answer.len()) {
+            self.unsynced.store(true, Ordering::Relaxed);
+            let err = match read {
+                Err(err) => JailError::sys("the shim zygote's answer", err),
+                Ok(_) => JailError::Container("the shim zygote exited before answering".into()),
+            };
+            return Err(ZygoteError::Failed(err));
         }
         match i32::from_le_bytes(answer) {
             pid if pid > 0 => Ok(SpawnedShim {
@@ -193,9 +205,14 @@ pub fn run_zygote(init_shim_logging: fn()) -> i32 {
             }
             _ => -libc::EINVAL,
         };
-        if let Err(err) = nix::unistd::write(&socket, &answer.to_le_bytes()) {
-            eprintln!("runp zygote: cannot answer: {err}");
-            return 1;
+        match nix::unistd::write(&socket, &answer.to_le_bytes()) {
+            Ok(_) => {}
+            // The runtime closed its end while we forked: the end of the zygote's job.
+            Err(nix::Error::EPIPE) => return 0,
+            Err(err) => {
+                eprintln!("runp zygote: cannot answer: {err}");
+                return 1;
+            }
         }
     }
 }
