@@ -1,9 +1,10 @@
 //! Synchronous process sandboxing: the only module with `unsafe` and `fork`.
 //!
 //! Processes are started by re-executing the runp binary with a hidden subcommand
-//! (`runp shim <state_dir>`, `runp exec-helper`) that `src/cli/internal.rs` dispatches here before
-//! any tokio runtime exists. Spawn functions never `waitpid`: they return the child's pid and a
-//! typed [`channel`]; the caller's single reaper reaps.
+//! (`runp shim <state_dir>`, `runp exec-helper`, `runp zygote`) that `src/cli/internal.rs`
+//! dispatches here before any tokio runtime exists; the runtime's shims are forked by its
+//! zygote ([`Zygote`]), which saves the exec of each. Spawn functions never `waitpid`: they
+//! return the child's pid and a typed [`channel`]; the caller's single reaper reaps.
 //!
 //! Files a shim uses inside its state dir: `shim.json` ([`ShimSpec`], written by the runtime),
 //! `shim.log` (the shim's own diagnostics), `exit.json` ([`ExitRecord`], written atomically by the
