@@ -37,6 +37,7 @@ fn a_forked_shim_is_an_exec_shim_in_all_but_its_birth_and_outlives_the_zygote() 
     let ShimReport::Started { pid, .. } = report else {
         panic!("{report:?}\nshim.log:\n{}", run.shim_log());
     };
+    run.track(pid);
     let shim = spawned.pid;
     assert_eq!(
         std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap(),

@@ -228,6 +228,12 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// Kills `pid` (a container process started another way) when the run is dropped, so a
+    /// failing test leaves no container behind.
+    pub fn track(&self, pid: i32) {
+        self.started.borrow_mut().push(pid);
+    }
+
     /// Prepares a bundle for `spec` under `dir/<name>`.
     pub fn new(dir: &Path, name: &str, spec: &Spec) -> Run {
         let id = unique_id(name);
