@@ -5,7 +5,7 @@
 use super::digest::Digest;
 use super::error::{ImageError, IoContext};
 use super::rootfs::RootfsKind;
-use crate::util::atomic_file::replace_atomic;
+use crate::util::atomic_file::replace_json_atomic;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -72,10 +72,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Option<Lease>, ImageError> {
 /// pairs fewer per CreateContainer (~1 ms on a virtio disk).
 pub fn write(dir: &Path, lease: &Lease) -> Result<(), ImageError> {
     let path = lease_path(dir, &lease.holder);
-    serde_json::to_vec_pretty(lease)
-        .map_err(io::Error::other)
-        .and_then(|bytes| replace_atomic(&path, &bytes))
-        .context(|| format!("writing {}", path.display()))
+    replace_json_atomic(&path, lease).context(|| format!("writing {}", path.display()))
 }
 
 pub fn remove(dir: &Path, holder: &str) -> Result<(), ImageError> {

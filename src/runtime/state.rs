@@ -8,7 +8,7 @@ use crate::cri::api;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::ids;
 use crate::runtime::network::NetworkAttachment;
-use crate::util::atomic_file::{replace_atomic, write_json_atomic};
+use crate::util::atomic_file::{replace_json_atomic, write_json_atomic};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -325,10 +325,7 @@ impl<R: Clone + Serialize> Entry<R> {
     /// describe die with it (an infra's pid, a sandbox turning Ready, a container Running).
     /// Each fsync pair costs ~5 ms here; a pod start had seven.
     pub fn update_volatile<T>(&self, f: impl FnOnce(&mut R) -> T) -> Result<T> {
-        self.update_with(f, |path, next| {
-            let bytes = serde_json::to_vec_pretty(next).map_err(std::io::Error::other)?;
-            replace_atomic(path, &bytes)
-        })
+        self.update_with(f, |path, next| replace_json_atomic(path, next))
     }
 
     fn update_with<T>(
@@ -351,9 +348,10 @@ impl<R: Clone + Serialize> Entry<R> {
         write_json_atomic(&self.path, &*guard).map_err(RuntimeError::io("writing", &self.path))
     }
 
-    /// [`Self::persist`] without fsync (see [`Self::update_volatile`]).
+    /// [`Self::persist`] without fsync (see [`Self::update_volatile`]), still atomic.
     pub fn persist_volatile(&self) -> Result<()> {
-        write_volatile_json(&self.path, &*lock(&self.record))
+        let guard = lock(&self.record);
+        replace_json_atomic(&self.path, &*guard).map_err(RuntimeError::io("writing", &self.path))
     }
 
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -61,6 +61,13 @@ fn temporary_sibling(path: &Path) -> io::Result<std::path::PathBuf> {
     )))
 }
 
+/// Serializes `value` as pretty JSON and replaces `path` with it through a rename, without
+/// fsync (see [`replace_atomic`]).
+pub fn replace_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    replace_atomic(path, &bytes)
+}
+
 /// Serializes `value` as pretty JSON and writes it atomically.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
@@ -94,6 +101,17 @@ mod tests {
         assert_eq!(fs::read(&target).unwrap(), b"two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
         assert!(replace_atomic(&dir.path().join("no/such"), b"x").is_err());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn json_replacement_is_renamed_into_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("lease.json");
+        replace_json_atomic(&target, &serde_json::json!({"holder": "a"})).unwrap();
+        replace_json_atomic(&target, &serde_json::json!({"holder": "b"})).unwrap();
+        let read: serde_json::Value = serde_json::from_slice(&fs::read(&target).unwrap()).unwrap();
+        assert_eq!(read["holder"], "b");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
