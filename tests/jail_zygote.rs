@@ -97,12 +97,19 @@ fn a_forked_shim_is_an_exec_shim_in_all_but_its_birth_and_outlives_the_zygote() 
     wait_until("the orphaned shim to exit", || is_dead(shim));
 }
 
+/// A state dir whose shim.json no shim can use: requests to the zygote pass its checks, and
+/// whatever shim starts from it fails at once.
+fn unusable_state_dir(dir: &std::path::Path) -> std::path::PathBuf {
+    let state_dir = dir.join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    std::fs::write(state_dir.join(jail::SHIM_SPEC_FILE), "{}").unwrap();
+    state_dir
+}
+
 #[test]
 fn a_dead_zygote_is_gone_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().join("state");
-    std::fs::create_dir(&state_dir).unwrap();
-    std::fs::write(state_dir.join(jail::SHIM_SPEC_FILE), "{}").unwrap();
+    let state_dir = unusable_state_dir(dir.path());
     let zygote = Zygote::start(&runp_exe()).unwrap();
     kill(Pid::from_raw(zygote.pid()), Signal::SIGKILL).unwrap();
     reap(zygote.pid());
@@ -127,9 +134,7 @@ fn a_dead_zygote_is_gone_and_starts_nothing() {
 #[test]
 fn a_zygote_that_does_not_answer_takes_no_more_requests() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().join("state");
-    std::fs::create_dir(&state_dir).unwrap();
-    std::fs::write(state_dir.join(jail::SHIM_SPEC_FILE), "{}").unwrap();
+    let state_dir = unusable_state_dir(dir.path());
     let zygote = Zygote::start(&runp_exe()).unwrap();
     let pid = Pid::from_raw(zygote.pid());
     // Stopped, it reads no request: the answer times out (10 s).

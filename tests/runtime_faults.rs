@@ -457,27 +457,10 @@ async fn serve_killed_while_running_pods_restarts_consistent() {
 
 /// Children of `parent` started as `runp zygote`.
 fn zygotes_of(parent: i32) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let ppid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|p| p.trim().parse::<i32>().ok());
+    children_where(parent, |pid, _| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let is_zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice());
-        if ppid == Some(parent) && is_zygote {
-            found.push(pid);
-        }
-    }
-    found
+        cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice())
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -331,9 +331,13 @@ pub async fn read_log(path: &Path, want: usize) -> Vec<(String, String, String)>
     }
 }
 
-/// Zombie children of this process (there must be none: the reaper reaps).
-pub fn zombie_children() -> Vec<i32> {
-    let me = std::process::id().to_string();
+/// Children of `parent` whose `/proc/PID/status` satisfies `wanted` (given the pid and a
+/// field reader: `field("State:")`).
+pub fn children_where(
+    parent: i32,
+    wanted: impl Fn(i32, &dyn Fn(&str) -> String) -> bool,
+) -> Vec<i32> {
+    let parent = parent.to_string();
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -348,11 +352,18 @@ pub fn zombie_children() -> Vec<i32> {
                 .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
                 .unwrap_or_default()
         };
-        if field("PPid:") == me && field("State:").starts_with('Z') {
+        if field("PPid:") == parent && wanted(pid, &field) {
             out.push(pid);
         }
     }
     out
+}
+
+/// Zombie children of this process (there must be none: the reaper reaps).
+pub fn zombie_children() -> Vec<i32> {
+    children_where(std::process::id() as i32, |_, field| {
+        field("State:").starts_with('Z')
+    })
 }
 
 /// Zombie children that stay zombies: tests in one binary run in parallel and the runtime's
