@@ -4,8 +4,48 @@
 
 use super::digest::{Digest, is_hex};
 use super::error::ImageError;
-use oci_spec::distribution::Reference;
+use regex::Regex;
 use std::fmt;
+use std::sync::OnceLock;
+
+/// Docker's reference grammar (distribution's `reference/regexp.go`), ASCII like Go's `\w`.
+/// oci-spec's `Reference` compiles the same pattern with Unicode classes, where the tag's
+/// `{0,127}` repetition grows into an automaton that took about 40 ms per process to build:
+/// the whole fixed cost of `runp image load` over `tar -xzf` (scripts/bench-image.sh).
+const REFERENCE_GRAMMAR: &str = r"^((?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))+)?(?::[0-9]+)?/)?[a-z0-9]+(?:(?:(?:[._]|__|[-]*)[a-z0-9]+)+)?(?:(?:/[a-z0-9]+(?:(?:(?:[._]|__|[-]*)[a-z0-9]+)+)?)+)?)(?::([\w][\w.-]{0,127}))?(?:@([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][[:xdigit:]]{32,}))?$";
+
+/// Longest repository path (without the registry), as docker allows.
+const NAME_MAX: usize = 255;
+
+fn reference_grammar() -> &'static Regex {
+    static GRAMMAR: OnceLock<Regex> = OnceLock::new();
+    GRAMMAR.get_or_init(|| {
+        regex::RegexBuilder::new(REFERENCE_GRAMMAR)
+            .unicode(false)
+            .build()
+            .expect("the reference grammar compiles")
+    })
+}
+
+/// Splits `name` into registry and path as docker's `normalize.go` does: the first component
+/// is a registry only when it has a `.` or `:` or is `localhost`; Docker Hub's official
+/// images live under `library/`.
+fn split_registry(name: &str) -> (&str, String) {
+    let (registry, path) = match name.split_once('/') {
+        Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => (first, rest),
+        _ => ("docker.io", name),
+    };
+    let registry = if registry == "index.docker.io" {
+        "docker.io"
+    } else {
+        registry
+    };
+    if registry == "docker.io" && !path.contains('/') {
+        (registry, format!("library/{path}"))
+    } else {
+        (registry, path.to_string())
+    }
+}
 
 /// Shortest image-id prefix accepted as a lookup key (as `docker` does).
 pub const MIN_ID_PREFIX: usize = 12;
@@ -27,15 +67,28 @@ impl NamedRef {
             reference: text.to_string(),
             reason,
         };
-        let parsed = Reference::try_from(text).map_err(|e| invalid(e.to_string()))?;
-        let digest = parsed
-            .digest()
-            .map(Digest::parse)
+        if text.is_empty() {
+            return Err(invalid("the name is empty".into()));
+        }
+        let captures = reference_grammar()
+            .captures(text)
+            .ok_or_else(|| invalid("not [registry/]name[:tag][@digest]".into()))?;
+        let (registry, path) = split_registry(&captures[1]);
+        if path.len() > NAME_MAX {
+            return Err(invalid(format!("the name is longer than {NAME_MAX}")));
+        }
+        let digest = captures.get(3);
+        let tag = match (captures.get(2), digest) {
+            (None, None) => Some("latest".to_string()),
+            (tag, _) => tag.map(|t| t.as_str().to_string()),
+        };
+        let digest = digest
+            .map(|d| Digest::parse(d.as_str()))
             .transpose()
             .map_err(invalid)?;
         Ok(NamedRef {
-            repository: format!("{}/{}", parsed.registry(), parsed.repository()),
-            tag: parsed.tag().map(str::to_string),
+            repository: format!("{registry}/{path}"),
+            tag,
             digest,
         })
     }
@@ -133,7 +186,7 @@ mod tests {
     #[test]
     fn normalizes_docker_style_names() {
         let digest = format!("sha256:{HEX}");
-        let cases: Vec<(String, &str, Option<&str>, Option<&str>)> = vec![
+        let mut cases: Vec<(String, &str, Option<&str>, Option<&str>)> = vec![
             (
                 "busybox".into(),
                 "docker.io/library/busybox",
@@ -202,6 +255,15 @@ mod tests {
                 Some(&digest),
             ),
         ];
+        let long_tag = "t".repeat(128);
+        let long_repo = format!("example.com/{}", "n".repeat(255));
+        cases.push((
+            format!("busybox:{long_tag}"),
+            "docker.io/library/busybox",
+            Some(&long_tag),
+            None,
+        ));
+        cases.push((long_repo.clone(), &long_repo, Some("latest"), None));
         for (input, repo, tag, dig) in cases {
             assert_eq!(
                 named(&input),
@@ -226,7 +288,17 @@ mod tests {
             "a//b",
             "-a",
             "busybox:tag with space",
-        ] {
+            // Docker's grammar is ASCII (Go's `\w`): no letters from elsewhere in a tag.
+            "busybox:caf\u{e9}",
+            "busybox:\u{661}",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            format!("busybox:{}", "t".repeat(129)),
+            format!("example.com/{}", "n".repeat(256)),
+        ]) {
+            let bad = bad.as_str();
             assert!(
                 matches!(
                     NamedRef::parse(bad),
