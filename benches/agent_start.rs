@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{
     Daemon, arg, fixtures, idle_cpu_percent, median, ms, remove_all, rss_kib, start_one,
+    zygote_pss_kib,
 };
 
 const POLL: Duration = Duration::from_millis(20);
@@ -57,10 +58,12 @@ async fn wait_until(what: &str, mut check: impl FnMut() -> bool) -> anyhow::Resu
     Ok(())
 }
 
-/// Idle CPU (% of a core) and RSS (KiB) of a process holding the pods.
+/// Idle CPU (% of a core) and RSS (KiB) of a process holding the pods, and the proportional
+/// set size (KiB) of its shim zygote, a child that shares most of its pages with it.
 struct Idle {
     cpu: f64,
     rss: u64,
+    zygote_pss: Option<u64>,
 }
 
 async fn measure_idle(pid: u32, window: Duration) -> anyhow::Result<Idle> {
@@ -70,6 +73,7 @@ async fn measure_idle(pid: u32, window: Duration) -> anyhow::Result<Idle> {
     Ok(Idle {
         cpu,
         rss: rss_kib(pid)?,
+        zygote_pss: zygote_pss_kib(pid),
     })
 }
 
@@ -256,6 +260,15 @@ async fn main() -> anyhow::Result<()> {
             direct.cpu,
             direct.rss as f64 / 1024.0,
             agent.rss as f64 / direct.rss as f64
+        );
+        let pss = |idle: &Idle| match idle.zygote_pss {
+            Some(kib) => format!("{:.1} MiB", kib as f64 / 1024.0),
+            None => "none found".to_string(),
+        };
+        println!(
+            "shim zygote PSS (not in the RSS above): agent's {} | runtime alone's {}",
+            pss(&agent),
+            pss(&direct)
         );
         println!(
             "IDLE_PODS={pods} AGENT_CPU={:.3} AGENT_RSS_MIB={:.1} DIRECT_CPU={:.3} DIRECT_RSS_MIB={:.1}",

@@ -189,6 +189,29 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
 }
 
+/// The proportional set size (KiB) of `parent`'s shim zygote (`runp zygote`, a child of it), if
+/// it has one: PSS, as the zygote shares its text with its parent.
+pub fn zygote_pss_kib(parent: u32) -> Option<u64> {
+    let parent = parent.to_string();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let dir = entry.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // The ppid is the second field after the parenthesised command name.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+            let is_zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice());
+            if ppid != parent || !is_zygote {
+                return None;
+            }
+            let rollup = std::fs::read_to_string(dir.join("smaps_rollup")).ok()?;
+            let line = rollup.lines().find(|l| l.starts_with("Pss:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+}
+
 pub fn clock_ticks_per_sec() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()

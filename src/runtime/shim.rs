@@ -44,7 +44,7 @@ impl ProcessRuntime {
         // again (see write_volatile).
         self.wait_for_earlier_shim(state_dir).await?;
         write_volatile_json(&state_dir.join(jail::SHIM_SPEC_FILE), &spec)?;
-        let spawned = self.spawn_shim(state_dir)?;
+        let spawned = self.spawn_shim(state_dir).await?;
         let shim_pid = spawned.pid;
         let shim_pidfd = Pid::from_raw(shim_pid)
             .ok_or_else(|| RuntimeError::Internal(format!("bad shim pid {shim_pid}")))
@@ -106,25 +106,16 @@ impl ProcessRuntime {
 impl ProcessRuntime {
     /// Starts the shim of `state_dir` through the zygote (started on first use, and again after
     /// it died), or by exec'ing `runp shim` when there is none.
-    fn spawn_shim(&self, state_dir: &Path) -> Result<jail::SpawnedShim> {
-        let zygote = {
-            let mut slot = lock(&self.zygote);
-            if slot.is_none() {
-                match jail::Zygote::start(&self.runp_exe) {
-                    Ok(zygote) => {
-                        // Its exit is of no interest either: a new one is started on demand.
-                        self.reaper.forget(zygote.pid());
-                        *slot = Some(std::sync::Arc::new(zygote));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot start the shim zygote; exec'ing shims")
-                    }
-                }
-            }
-            slot.clone()
-        };
-        if let Some(zygote) = zygote {
-            match zygote.spawn_shim(state_dir) {
+    async fn spawn_shim(&self, state_dir: &Path) -> Result<jail::SpawnedShim> {
+        if let Some(zygote) = self.zygote() {
+            // On a blocking thread: a request waits for the zygote's answer, at most its 10 s
+            // timeout when the zygote hangs, which would stall every task of this worker.
+            let dir = state_dir.to_path_buf();
+            let asked = zygote.clone();
+            let spawned = tokio::task::spawn_blocking(move || asked.spawn_shim(&dir))
+                .await
+                .map_err(|e| RuntimeError::Internal(format!("shim zygote request: {e}")))?;
+            match spawned {
                 Ok(spawned) => return Ok(spawned),
                 Err(jail::ZygoteError::Gone(e)) => {
                     tracing::warn!(error = %e, "the shim zygote is gone; a new one starts with the next shim");
@@ -143,6 +134,24 @@ impl ProcessRuntime {
         // The shim's exit is observed through its pidfd; its wait status is of no interest.
         self.reaper.forget(spawned.pid);
         Ok(spawned)
+    }
+
+    /// The running zygote, started when there is none; `None` when it cannot be started.
+    fn zygote(&self) -> Option<std::sync::Arc<jail::Zygote>> {
+        let mut slot = lock(&self.zygote);
+        if slot.is_none() {
+            match jail::Zygote::start(&self.runp_exe) {
+                Ok(zygote) => {
+                    // Its exit is of no interest either: a new one is started on demand.
+                    self.reaper.forget(zygote.pid());
+                    *slot = Some(std::sync::Arc::new(zygote));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the shim zygote; exec'ing shims")
+                }
+            }
+        }
+        slot.clone()
     }
 }
 
