@@ -343,9 +343,14 @@ spec:
         ),
     )
     .await;
+    // The sync right after the failure shows waiting:PostStartHookError; the PLEG event of the
+    // killed container may bring the next sync (at once for a first crash, then in back-off)
+    // before the status is written, so either reason stands for the failed hook here.
     wait_until("hook failure reported", secs(30), || {
-        h.container("hooked", "app")
-            .is_some_and(|(state, _)| state == "waiting:PostStartHookError")
+        !h.pod_events.with_reason("FailedPostStartHook").is_empty()
+            && h.container("hooked", "app").is_some_and(|(state, _)| {
+                ["waiting:PostStartHookError", "waiting:CrashLoopBackOff"].contains(&state.as_str())
+            })
     })
     .await;
     let first = h.runtime.start_times("app").len();

@@ -18,7 +18,7 @@ use crate::kubelet::gc::logs::{LogPaths, rotate_all};
 use crate::kubelet::housekeeping::{self, Orphans};
 use crate::kubelet::labels;
 use crate::kubelet::metrics::KubeletMetrics;
-use crate::kubelet::pleg::{Pleg, PlegHealth};
+use crate::kubelet::pleg::{Pleg, PlegHealth, RelistPeriods};
 use crate::kubelet::podconfig::spec::resources::qos_class;
 use crate::kubelet::podconfig::{ObjectSource, PodEvent};
 use crate::kubelet::prober::manager::ProbeManager;
@@ -168,7 +168,10 @@ impl Agent {
         let pleg = Arc::new(Pleg::new(
             parts.runtime,
             parts.clock,
-            config.timings.pleg_relist,
+            RelistPeriods {
+                plain: config.timings.pleg_relist,
+                evented: config.timings.pleg_relist_evented,
+            },
             config.timings.pleg_unhealthy_after,
             parts.metrics,
         ));

@@ -100,8 +100,11 @@ pub struct Timings {
     pub backoff_initial: Duration,
     /// Back-off cap.
     pub backoff_max: Duration,
-    /// PLEG relist period (safety net behind runtime events).
+    /// PLEG relist period while the runtime's event stream is not followed.
     pub pleg_relist: Duration,
+    /// PLEG relist period while it is (a safety net behind the events; kubelet's Evented PLEG
+    /// relists every 300 s, this stays below the 3 min health threshold).
+    pub pleg_relist_evented: Duration,
     /// PLEG is unhealthy when no relist completed for this long.
     pub pleg_unhealthy_after: Duration,
     /// Pod worker resync period.
@@ -126,6 +129,7 @@ impl Default for Timings {
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
             pleg_relist: Duration::from_secs(1),
+            pleg_relist_evented: Duration::from_secs(60),
             pleg_unhealthy_after: Duration::from_secs(180),
             // kubelet's syncFrequency: PLEG events, probe results and object changes sync a pod
             // at once, so the periodic resync is only a safety net.

@@ -1,7 +1,9 @@
 //! Pod lifecycle event generator. Container start/death events come straight from the runtime's
-//! `GetContainerEvents` stream (no polling delay); a periodic relist (1 s) is the safety net:
-//! its pure [`diff`] of two snapshots yields the events a missed stream message would have.
-//! Health: unhealthy when no relist completed for 3 minutes.
+//! `GetContainerEvents` stream (no polling delay); a periodic relist is the safety net: its pure
+//! [`diff`] of two snapshots yields the events a missed stream message would have. As kubelet's
+//! Evented PLEG, it relists rarely while the stream is followed and every second while it is
+//! not; connecting or losing the stream relists at once. Health: unhealthy when no relist
+//! completed for 3 minutes.
 
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::clock::Clock;
@@ -119,6 +121,22 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<PlegEvent> {
 }
 
 /// Lists every container and sandbox the runtime has.
+/// Sets `kubelet_running_pods` and `kubelet_running_containers` from what the runtime runs now.
+/// /metrics calls it before every scrape: while the PLEG follows the event stream it relists
+/// only every minute, and these gauges must not be that old.
+pub async fn refresh_running_gauges(
+    runtime: &dyn RuntimeService,
+    metrics: &KubeletMetrics,
+) -> crate::cri::CriResult<()> {
+    set_running_gauges(metrics, &snapshot(runtime).await?);
+    Ok(())
+}
+
+fn set_running_gauges(metrics: &KubeletMetrics, snap: &Snapshot) {
+    let ready = snap.sandboxes.values().filter(|(_, ready)| *ready).count();
+    metrics.set_running(ready, snap.containers.values().map(|(_, state)| state));
+}
+
 pub async fn snapshot(runtime: &dyn RuntimeService) -> crate::cri::CriResult<Snapshot> {
     let mut snap = Snapshot::default();
     for sandbox in runtime
@@ -204,11 +222,24 @@ impl PlegHealth {
     }
 }
 
+/// How often the PLEG relists: every `plain` while it does not follow the runtime's event
+/// stream, every `evented` while it does.
+#[derive(Clone, Copy, Debug)]
+pub struct RelistPeriods {
+    pub plain: Duration,
+    pub evented: Duration,
+}
+
 /// The PLEG: forwards events for pods to `sink`.
 pub struct Pleg {
     runtime: Arc<dyn RuntimeService>,
     clock: Arc<dyn Clock>,
-    relist_period: Duration,
+    periods: RelistPeriods,
+    /// The event stream is connected.
+    following: std::sync::atomic::AtomicBool,
+    /// Wakes the relist loop when the stream connects (a baseline taken after subscribing)
+    /// or is lost (the gap).
+    relist_now: tokio::sync::Notify,
     health: PlegHealth,
     last: Arc<Mutex<Snapshot>>,
     metrics: Arc<KubeletMetrics>,
@@ -218,7 +249,7 @@ impl Pleg {
     pub fn new(
         runtime: Arc<dyn RuntimeService>,
         clock: Arc<dyn Clock>,
-        relist_period: Duration,
+        periods: RelistPeriods,
         unhealthy_after: Duration,
         metrics: Arc<KubeletMetrics>,
     ) -> Self {
@@ -226,7 +257,9 @@ impl Pleg {
         Pleg {
             runtime,
             clock,
-            relist_period,
+            periods,
+            following: Default::default(),
+            relist_now: Default::default(),
             health,
             last: Arc::new(Mutex::new(Snapshot::default())),
             metrics,
@@ -242,9 +275,7 @@ impl Pleg {
         let started = std::time::Instant::now();
         let new = snapshot(self.runtime.as_ref()).await?;
         self.metrics.observe_pleg_relist(started.elapsed());
-        let ready = new.sandboxes.values().filter(|(_, ready)| *ready).count();
-        self.metrics
-            .set_running(ready, new.containers.values().map(|(_, state)| state));
+        set_running_gauges(&self.metrics, &new);
         let events = match self.last.lock() {
             Ok(mut last) => {
                 let events = diff(&last, &new);
@@ -260,10 +291,7 @@ impl Pleg {
     /// Runs the relist loop and the event-stream reader until `sink` closes.
     pub async fn run(self: Arc<Self>, sink: mpsc::Sender<PlegEvent>) {
         let stream_task = tokio::spawn(Arc::clone(&self).follow_events(sink.clone()));
-        let mut ticker = tokio::time::interval(self.relist_period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
             match self.relist().await {
                 Ok(events) => {
                     for event in events {
@@ -275,6 +303,22 @@ impl Pleg {
                 }
                 Err(status) => tracing::warn!(error = %status, "PLEG relist failed"),
             }
+            let period = if self.following.load(std::sync::atomic::Ordering::Acquire) {
+                self.periods.evented
+            } else {
+                self.periods.plain
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = self.relist_now.notified() => {}
+            }
+        }
+    }
+
+    fn set_following(&self, following: bool) {
+        use std::sync::atomic::Ordering;
+        if self.following.swap(following, Ordering::AcqRel) != following {
+            self.relist_now.notify_one();
         }
     }
 
@@ -287,6 +331,7 @@ impl Pleg {
                 .await
             {
                 Ok(mut stream) => {
+                    self.set_following(true);
                     while let Some(item) = stream.next().await {
                         let event = match item {
                             Ok(event) => event,
@@ -307,6 +352,7 @@ impl Pleg {
                             return;
                         }
                     }
+                    self.set_following(false);
                 }
                 Err(status) => {
                     tracing::warn!(error = %status, "cannot follow container events; relist only")
@@ -315,7 +361,7 @@ impl Pleg {
             if sink.is_closed() {
                 return;
             }
-            tokio::time::sleep(self.relist_period).await;
+            tokio::time::sleep(self.periods.plain).await;
         }
     }
 
@@ -340,128 +386,5 @@ impl Pleg {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use PlegEventKind::*;
-    use RunState::*;
-
-    fn snap(containers: &[(&str, RunState)], sandboxes: &[(&str, bool)]) -> Snapshot {
-        Snapshot {
-            containers: containers
-                .iter()
-                .map(|(id, s)| (id.to_string(), ("pod".to_string(), *s)))
-                .collect(),
-            sandboxes: sandboxes
-                .iter()
-                .map(|(id, r)| (id.to_string(), ("pod".to_string(), *r)))
-                .collect(),
-        }
-    }
-
-    fn ev(id: &str, kind: PlegEventKind) -> PlegEvent {
-        PlegEvent {
-            pod_uid: "pod".into(),
-            id: id.into(),
-            kind,
-        }
-    }
-
-    #[test]
-    fn relist_diff() {
-        let cases = vec![
-            (
-                "nothing changed",
-                snap(&[("c", Running)], &[]),
-                snap(&[("c", Running)], &[]),
-                vec![],
-            ),
-            (
-                "new running container",
-                snap(&[], &[]),
-                snap(&[("c", Running)], &[]),
-                vec![ev("c", ContainerStarted)],
-            ),
-            (
-                "created then started",
-                snap(&[("c", Created)], &[]),
-                snap(&[("c", Running)], &[]),
-                vec![ev("c", ContainerStarted)],
-            ),
-            (
-                "died",
-                snap(&[("c", Running)], &[]),
-                snap(&[("c", Exited)], &[]),
-                vec![ev("c", ContainerDied)],
-            ),
-            (
-                "started and died between relists",
-                snap(&[], &[]),
-                snap(&[("c", Exited)], &[]),
-                vec![ev("c", ContainerDied)],
-            ),
-            (
-                "exited one removed",
-                snap(&[("c", Exited)], &[]),
-                snap(&[], &[]),
-                vec![ev("c", ContainerRemoved)],
-            ),
-            (
-                "running one vanished: died and removed",
-                snap(&[("c", Running)], &[]),
-                snap(&[], &[]),
-                vec![ev("c", ContainerDied), ev("c", ContainerRemoved)],
-            ),
-            (
-                "unknown state",
-                snap(&[("c", Running)], &[]),
-                snap(&[("c", Unknown)], &[]),
-                vec![ev("c", ContainerChanged)],
-            ),
-            (
-                "new created container",
-                snap(&[], &[]),
-                snap(&[("c", Created)], &[]),
-                vec![ev("c", ContainerChanged)],
-            ),
-            (
-                "sandbox stopped",
-                snap(&[], &[("s", true)]),
-                snap(&[], &[("s", false)]),
-                vec![ev("s", SandboxChanged)],
-            ),
-            (
-                "sandbox removed",
-                snap(&[], &[("s", false)]),
-                snap(&[], &[]),
-                vec![ev("s", SandboxChanged)],
-            ),
-            (
-                "sandbox unchanged",
-                snap(&[], &[("s", true)]),
-                snap(&[], &[("s", true)]),
-                vec![],
-            ),
-            (
-                "several, sorted by id",
-                snap(&[("b", Running), ("a", Running)], &[]),
-                snap(&[("b", Exited), ("a", Running), ("c", Running)], &[]),
-                vec![ev("b", ContainerDied), ev("c", ContainerStarted)],
-            ),
-        ];
-        for (name, old, new, want) in cases {
-            assert_eq!(diff(&old, &new), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn health_threshold() {
-        let start = Instant::now();
-        let health = PlegHealth::new(start, Duration::from_secs(180));
-        assert!(health.check(start + Duration::from_secs(180)).is_ok());
-        let err = health.check(start + Duration::from_secs(181)).unwrap_err();
-        assert!(err.contains("181s ago"), "{err}");
-        health.record(start + Duration::from_secs(200));
-        assert!(health.check(start + Duration::from_secs(300)).is_ok());
-        assert!(health.check(start + Duration::from_secs(381)).is_err());
-    }
-}
+#[path = "pleg_tests.rs"]
+mod tests;

@@ -71,6 +71,8 @@ pub(crate) struct State {
     pub exec_exit_codes: HashMap<String, i32>,
     pub stop_exit_code: i32,
     pub failing_pulls: HashSet<String>,
+    /// GetContainerEvents fails (a runtime without an event stream).
+    pub no_event_stream: bool,
     pub images: Vec<FakeImage>,
     pub image_fs_mountpoint: String,
     pub pod_ip: String,
@@ -121,6 +123,11 @@ impl FakeRuntime {
     /// ExecSync in containers named `name` exits with `code` (default 0).
     pub fn set_exec_exit_code(&self, name: &str, code: i32) {
         self.lock().exec_exit_codes.insert(name.to_string(), code);
+    }
+
+    /// GetContainerEvents works (the default) or fails.
+    pub fn set_event_stream(&self, available: bool) {
+        self.lock().no_event_stream = !available;
     }
 
     /// Pulls of `image` fail (or succeed again).

@@ -519,6 +519,9 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn get_container_events(&self, _req: api::GetEventsRequest) -> CriResult<EventStream> {
+        if self.lock().no_event_stream {
+            return Err(tonic::Status::unimplemented("no container event stream"));
+        }
         let stream = tokio_stream::wrappers::BroadcastStream::new(self.events.subscribe())
             .filter_map(|item| async move { item.ok().map(Ok) });
         Ok(stream.boxed())

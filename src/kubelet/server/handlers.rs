@@ -81,17 +81,14 @@ pub async fn handle(
             "metadata": {},
             "items": ctx.pods.pods(),
         })),
-        Endpoint::Metrics => match ctx.metrics.render() {
-            Ok(body) => {
-                let mut response = Response::new(full(body));
-                response.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static(crate::kubelet::metrics::CONTENT_TYPE),
-                );
-                response
+        Endpoint::Metrics => {
+            if let Err(err) =
+                crate::kubelet::pleg::refresh_running_gauges(runtime.as_ref(), &ctx.metrics).await
+            {
+                tracing::warn!(error = %err, "/metrics: cannot count the running pods; the gauges are the last relist's");
             }
-            Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
-        },
+            metrics_response(&ctx.metrics)
+        }
         Endpoint::Configz => json(&serde_json::json!({ "kubeletconfig": ctx.configz })),
         Endpoint::ContainerLogs => super::logs::serve(runtime, pod, &container, &query).await,
         Endpoint::Exec | Endpoint::Attach => {
@@ -222,4 +219,19 @@ async fn run(
         hyper::header::HeaderValue::from_static("text/plain"),
     );
     response
+}
+
+/// The metrics in Prometheus' text format.
+fn metrics_response(metrics: &crate::kubelet::metrics::KubeletMetrics) -> Response<Body> {
+    match metrics.render() {
+        Ok(body) => {
+            let mut response = Response::new(full(body));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(crate::kubelet::metrics::CONTENT_TYPE),
+            );
+            response
+        }
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+    }
 }
