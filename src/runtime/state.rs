@@ -11,7 +11,7 @@ use crate::runtime::network::NetworkAttachment;
 use crate::util::atomic_file::{replace_json_atomic, write_json_atomic};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -72,6 +72,10 @@ fn decode<M: prost::Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
 }
 
 /// Every selector key/value must be present in the labels.
+fn pod_uid(labels: &HashMap<String, String>) -> Option<String> {
+    labels.get(POD_UID_LABEL).cloned()
+}
+
 pub(crate) fn labels_match(
     selector: &HashMap<String, String>,
     labels: &HashMap<String, String>,
@@ -381,7 +385,14 @@ pub struct Index {
     sandboxes: RwLock<HashMap<String, Arc<SandboxEntry>>>,
     containers: RwLock<HashMap<String, Arc<ContainerEntry>>>,
     names: Mutex<HashMap<String, String>>,
+    /// Sandbox and container ids by their [`POD_UID_LABEL`]. The kubelet selects a pod's
+    /// records by that label on every sync of the pod; a scan of every record made each sync
+    /// O(pods), and a resync of them all O(pods²). Labels never change after create.
+    by_pod_uid: Mutex<HashMap<String, HashSet<String>>>,
 }
+
+/// The CRI's well-known label naming the Kubernetes pod a sandbox or container belongs to.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|e| e.into_inner())
@@ -413,18 +424,68 @@ impl Index {
     }
 
     pub fn insert_sandbox(&self, entry: Arc<SandboxEntry>) {
-        let id = entry.snapshot().id;
-        write(&self.sandboxes).insert(id, entry);
+        let (id, uid) = entry.with(|r| (r.id.clone(), pod_uid(&r.listing().labels)));
+        write(&self.sandboxes).insert(id.clone(), entry);
+        self.index_pod_uid(uid, id);
     }
     pub fn insert_container(&self, entry: Arc<ContainerEntry>) {
-        let id = entry.snapshot().id;
-        write(&self.containers).insert(id, entry);
+        let (id, uid) = entry.with(|r| (r.id.clone(), pod_uid(&r.listing().labels)));
+        write(&self.containers).insert(id.clone(), entry);
+        self.index_pod_uid(uid, id);
     }
     pub fn remove_sandbox(&self, id: &str) {
-        write(&self.sandboxes).remove(id);
+        let removed = write(&self.sandboxes).remove(id);
+        let uid = removed.and_then(|e| e.with(|r| pod_uid(&r.listing().labels)));
+        self.unindex_pod_uid(uid, id);
     }
     pub fn remove_container(&self, id: &str) {
-        write(&self.containers).remove(id);
+        let removed = write(&self.containers).remove(id);
+        let uid = removed.and_then(|e| e.with(|r| pod_uid(&r.listing().labels)));
+        self.unindex_pod_uid(uid, id);
+    }
+
+    fn index_pod_uid(&self, uid: Option<String>, id: String) {
+        if let Some(uid) = uid {
+            lock(&self.by_pod_uid).entry(uid).or_default().insert(id);
+        }
+    }
+    fn unindex_pod_uid(&self, uid: Option<String>, id: &str) {
+        let Some(uid) = uid else { return };
+        let mut by_uid = lock(&self.by_pod_uid);
+        if let Some(ids) = by_uid.get_mut(&uid) {
+            ids.remove(id);
+            if ids.is_empty() {
+                by_uid.remove(&uid);
+            }
+        }
+    }
+
+    /// The ids a label selector can match, when it names a pod UID; None: any record can.
+    fn candidates(&self, selector: &HashMap<String, String>) -> Option<HashSet<String>> {
+        let uid = selector.get(POD_UID_LABEL)?;
+        Some(lock(&self.by_pod_uid).get(uid).cloned().unwrap_or_default())
+    }
+
+    /// The sandboxes `selector` can match: every one, or only those of the pod it names.
+    /// Callers still apply the whole selector.
+    pub fn sandboxes_for(&self, selector: &HashMap<String, String>) -> Vec<Arc<SandboxEntry>> {
+        match self.candidates(selector) {
+            None => self.sandboxes(),
+            Some(ids) => {
+                let map = read(&self.sandboxes);
+                ids.iter().filter_map(|id| map.get(id).cloned()).collect()
+            }
+        }
+    }
+    /// The containers `selector` can match, as [`Self::sandboxes_for`].
+    pub fn containers_for(&self, selector: &HashMap<String, String>) -> Vec<Arc<ContainerEntry>> {
+        match self.candidates(selector) {
+            None => self.containers(),
+            Some(ids) => {
+                let map = read(&self.containers);
+                ids.iter().filter_map(|id| map.get(id).cloned()).collect()
+            }
+        }
     }
 
     /// Looks up a sandbox by id or unique id prefix.

@@ -160,3 +160,48 @@ fn names_are_reserved_once() {
     index.release_name("a", "id1");
     index.reserve_name("a", "id2").unwrap();
 }
+
+/// A selector naming a pod UID reads only that pod's records; any other selector reads all.
+#[test]
+fn selections_by_pod_uid_read_only_that_pods_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = Index::default();
+    let mut ids = HashMap::new();
+    for uid in ["u1", "u2"] {
+        let (path, mut rec) = sample(dir.path());
+        let config = api::PodSandboxConfig {
+            labels: [
+                (POD_UID_LABEL.to_string(), uid.to_string()),
+                ("app".to_string(), "web".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        rec.config = prost::Message::encode_to_vec(&config);
+        ids.insert(uid, rec.id.clone());
+        index.insert_sandbox(Arc::new(Entry::new(rec, path)));
+    }
+    let selected = |selector: &[(&str, &str)]| -> Vec<String> {
+        let selector = selector
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut ids: Vec<String> = index
+            .sandboxes_for(&selector)
+            .iter()
+            .map(|e| e.with(|r| r.id.clone()))
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(selected(&[(POD_UID_LABEL, "u1")]), vec![ids["u1"].clone()]);
+    assert!(selected(&[(POD_UID_LABEL, "nobody")]).is_empty());
+    let mut both = vec![ids["u1"].clone(), ids["u2"].clone()];
+    both.sort();
+    assert_eq!(selected(&[("app", "web")]), both);
+    assert_eq!(selected(&[]), both);
+    index.remove_sandbox(&ids["u1"]);
+    assert!(selected(&[(POD_UID_LABEL, "u1")]).is_empty());
+    assert_eq!(selected(&[(POD_UID_LABEL, "u2")]), vec![ids["u2"].clone()]);
+    assert!(!lock(&index.by_pod_uid).contains_key("u1"));
+}

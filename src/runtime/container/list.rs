@@ -13,7 +13,7 @@ impl ProcessRuntime {
         let mut out: Vec<api::Container> = self
             .shared
             .index
-            .containers()
+            .containers_for(&filter.label_selector)
             .iter()
             .filter_map(|entry| {
                 entry.with(|r| {

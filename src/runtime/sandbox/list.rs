@@ -35,7 +35,7 @@ impl ProcessRuntime {
         let mut out: Vec<api::PodSandbox> = self
             .shared
             .index
-            .sandboxes()
+            .sandboxes_for(&filter.label_selector)
             .iter()
             .filter_map(|entry| entry.with(|r| matching_sandbox(&filter, r)))
             .collect();
