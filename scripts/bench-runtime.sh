@@ -16,6 +16,12 @@ command -v umoci >/dev/null || { echo "bench-runtime: umoci is not installed (ap
 scripts/build-fixtures.sh
 FIXTURES="$PWD/rootfs-fixtures/build"
 
+# Memory cgroups the kernel still holds, removed ones included: on cgroup v1 a removed pod's
+# memcg lingers while page cache is charged to it. With 3334 of them (a day of 500-pod runs)
+# runp's pod start read 25-29 ms here, and 12.7 ms once `echo 3 > /proc/sys/vm/drop_caches`
+# had freed them (crun read 8.4 ms in the slow state). Printed so that a slow machine can be
+# told from a slow runtime.
+echo "memory cgroups held by the kernel: $(awk '$1 == "memory" {print $3}' /proc/cgroups 2>/dev/null)" >&2
 echo "== runp ($PODS pods, release build)" >&2
 cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" --grpc | tee /tmp/runp-bench.$$
 RUNP_MS="$(sed -n 's/^RUNP_MEDIAN_MS=//p' /tmp/runp-bench.$$)"
