@@ -170,7 +170,6 @@ async fn running_gauges_are_counted_when_asked_for() {
     use crate::kubelet::clock::FakeClock;
     use crate::kubelet::fake::FakeRuntime;
     let runtime = FakeRuntime::new(Arc::new(FakeClock::new()));
-    runtime.add_image("busybox", 1);
     let metrics = KubeletMetrics::new();
     let gauge = |metrics: &KubeletMetrics, name: &str| -> String {
         let text = metrics.render().unwrap();
@@ -187,48 +186,7 @@ async fn running_gauges_are_counted_when_asked_for() {
         gauge(&metrics, "kubelet_running_pods "),
         "kubelet_running_pods 0"
     );
-    let config = api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: "p".into(),
-            namespace: "ns".into(),
-            uid: "u".into(),
-            attempt: 0,
-        }),
-        ..Default::default()
-    };
-    let sandbox = runtime
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap()
-        .pod_sandbox_id;
-    let container = runtime
-        .create_container(api::CreateContainerRequest {
-            pod_sandbox_id: sandbox,
-            config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(api::ImageSpec {
-                    image: "busybox".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config),
-        })
-        .await
-        .unwrap()
-        .container_id;
-    runtime
-        .start_container(api::StartContainerRequest {
-            container_id: container,
-        })
-        .await
-        .unwrap();
+    runtime.start_sample_container(Default::default(), "").await;
     refresh_running_gauges(runtime.as_ref(), &metrics)
         .await
         .unwrap();

@@ -130,6 +130,68 @@ impl FakeRuntime {
         self.lock().no_event_stream = !available;
     }
 
+    /// A container `c` (image busybox, made known here) of pod `ns/p` (uid `u`) running in a
+    /// new sandbox; `labels` on both, the container's also naming it; logging to `log_path`.
+    /// Its id.
+    pub async fn start_sample_container(
+        &self,
+        labels: HashMap<String, String>,
+        log_path: &str,
+    ) -> String {
+        use crate::cri::RuntimeService;
+        self.add_image("busybox", 1);
+        let sandbox_config = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                attempt: 0,
+            }),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let sandbox = self
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(sandbox_config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("the fake runs a sandbox")
+            .pod_sandbox_id;
+        let mut container_labels = labels;
+        container_labels.insert(
+            crate::kubelet::labels::CONTAINER_NAME.to_string(),
+            "c".into(),
+        );
+        let id = self
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox,
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: "c".into(),
+                        attempt: 0,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "busybox".into(),
+                        ..Default::default()
+                    }),
+                    labels: container_labels,
+                    log_path: log_path.to_string(),
+                    ..Default::default()
+                }),
+                sandbox_config: Some(sandbox_config),
+            })
+            .await
+            .expect("the fake creates a container")
+            .container_id;
+        self.start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("the fake starts a container");
+        id
+    }
+
     /// Pulls of `image` fail (or succeed again).
     pub fn set_pull_failure(&self, image: &str, fail: bool) {
         let mut state = self.lock();

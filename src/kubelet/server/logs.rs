@@ -352,58 +352,12 @@ mod tests {
 
     /// A running container `c` of pod `ns/p` in the fake runtime, logging to `log`.
     async fn container(rt: &Arc<FakeRuntime>, log: &std::path::Path) -> String {
-        rt.add_image("busybox", 1);
         let pod_labels = HashMap::from([
             (labels::POD_NAMESPACE.to_string(), "ns".to_string()),
             (labels::POD_NAME.to_string(), "p".to_string()),
         ]);
-        let sandbox_config = api::PodSandboxConfig {
-            metadata: Some(api::PodSandboxMetadata {
-                name: "p".into(),
-                namespace: "ns".into(),
-                uid: "u".into(),
-                attempt: 0,
-            }),
-            labels: pod_labels.clone(),
-            ..Default::default()
-        };
-        let sandbox = rt
-            .run_pod_sandbox(api::RunPodSandboxRequest {
-                config: Some(sandbox_config.clone()),
-                runtime_handler: String::new(),
-            })
+        rt.start_sample_container(pod_labels, &log.to_string_lossy())
             .await
-            .unwrap()
-            .pod_sandbox_id;
-        let mut container_labels = pod_labels;
-        container_labels.insert(labels::CONTAINER_NAME.to_string(), "c".to_string());
-        let id = rt
-            .create_container(api::CreateContainerRequest {
-                pod_sandbox_id: sandbox,
-                config: Some(api::ContainerConfig {
-                    metadata: Some(api::ContainerMetadata {
-                        name: "c".into(),
-                        attempt: 0,
-                    }),
-                    image: Some(api::ImageSpec {
-                        image: "busybox".into(),
-                        ..Default::default()
-                    }),
-                    labels: container_labels,
-                    log_path: log.to_string_lossy().into_owned(),
-                    ..Default::default()
-                }),
-                sandbox_config: Some(sandbox_config),
-            })
-            .await
-            .unwrap()
-            .container_id;
-        rt.start_container(api::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap();
-        id
     }
 
     fn append(path: &std::path::Path, text: &str) {
