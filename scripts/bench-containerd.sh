@@ -41,7 +41,9 @@ CTD_PID=""
 HOST_DIRS=(/run/containerd/s /run/containerd /var/run/netns /var/lib/cni/results /var/lib/cni)
 new_dirs=()
 for d in "${HOST_DIRS[@]}"; do [ -e "$d" ] || new_dirs+=("$d"); done
-ls /var/run/netns 2>/dev/null | sort >"$WORK/netns.before"
+# The named network namespaces (none, and no directory, on a host that never made one).
+netns_names() { { ls /var/run/netns 2>/dev/null || true; } | sort; }
+netns_names >"$WORK/netns.before"
 
 # The bench's pods go through each runtime's own teardown (CNI DEL included) while it runs.
 remove_all() {
@@ -76,7 +78,7 @@ cleanup() {
   for pid in $(pgrep -f -- "-address $SOCK" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
   # A pod killed above keeps its netns (cni-<uuid>, as other runtimes name theirs): ours have
   # an address in our subnet.
-  ls /var/run/netns 2>/dev/null | sort | comm -13 "$WORK/netns.before" - | grep '^cni-' |
+  netns_names | comm -13 "$WORK/netns.before" - | { grep '^cni-' || true; } |
     while read -r ns; do
       ip netns exec "$ns" ip -o -4 addr show 2>/dev/null | grep -qF " ${CTD_CIDR%.0/24}." || continue
       echo "bench-containerd: removing leftover netns $ns" >&2
