@@ -28,3 +28,7 @@ pub use streaming_api::{StreamIo, StreamingRuntime, TerminalSize};
 
 /// The CRI API version this crate speaks (reported by `Version`).
 pub const CRI_API_VERSION: &str = "v1";
+
+/// The well-known label naming the Kubernetes pod (its UID) a sandbox or container belongs to:
+/// the kubelet sets it, and the runtime indexes its records by it.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";

@@ -7,7 +7,7 @@ pub const POD_NAME: &str = "io.kubernetes.pod.name";
 /// Pod namespace (sandbox and container label).
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 /// Pod UID (sandbox and container label).
-pub const POD_UID: &str = "io.kubernetes.pod.uid";
+pub const POD_UID: &str = crate::cri::POD_UID_LABEL;
 /// Container name within the pod (container label).
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// Marks a sandbox created by the kubelet (label value "true").

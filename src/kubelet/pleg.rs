@@ -120,7 +120,6 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<PlegEvent> {
     events
 }
 
-/// Lists every container and sandbox the runtime has.
 /// Sets `kubelet_running_pods` and `kubelet_running_containers` from what the runtime runs now.
 /// /metrics calls it before every scrape: while the PLEG follows the event stream it relists
 /// only every minute, and these gauges must not be that old.
@@ -137,6 +136,7 @@ fn set_running_gauges(metrics: &KubeletMetrics, snap: &Snapshot) {
     metrics.set_running(ready, snap.containers.values().map(|(_, state)| state));
 }
 
+/// Lists every container and sandbox the runtime has.
 pub async fn snapshot(runtime: &dyn RuntimeService) -> crate::cri::CriResult<Snapshot> {
     let mut snap = Snapshot::default();
     for sandbox in runtime

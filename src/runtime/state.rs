@@ -4,7 +4,7 @@
 //! Layout: `<root>/sandboxes/<id>/{sandbox.json, ns/, hostname, hosts, resolv.conf, shm/}` and
 //! `<root>/containers/<id>/{container.json, bundle/config.json, shim.json, exit.json, rootfs}`.
 
-use crate::cri::api;
+use crate::cri::{POD_UID_LABEL, api};
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::ids;
 use crate::runtime::network::NetworkAttachment;
@@ -71,11 +71,11 @@ fn decode<M: prost::Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
     M::decode(bytes).map_err(|e| RuntimeError::Internal(format!("corrupt stored {what}: {e}")))
 }
 
-/// Every selector key/value must be present in the labels.
 fn pod_uid(labels: &HashMap<String, String>) -> Option<String> {
     labels.get(POD_UID_LABEL).cloned()
 }
 
+/// Every selector key/value must be present in the labels.
 pub(crate) fn labels_match(
     selector: &HashMap<String, String>,
     labels: &HashMap<String, String>,
@@ -390,9 +390,6 @@ pub struct Index {
     /// O(pods), and a resync of them all O(pods²). Labels never change after create.
     by_pod_uid: Mutex<HashMap<String, HashSet<String>>>,
 }
-
-/// The CRI's well-known label naming the Kubernetes pod a sandbox or container belongs to.
-pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|e| e.into_inner())
