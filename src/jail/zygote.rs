@@ -190,6 +190,8 @@ pub fn run_zygote(init_shim_logging: fn()) -> i32 {
                 (msg.bytes, fds)
             }
             Err(nix::Error::EINTR) => continue,
+            // The runtime closed its end with our late answer unread (after it timed out).
+            Err(nix::Error::ECONNRESET) => return 0,
             Err(err) => {
                 eprintln!("runp zygote: {err}");
                 return 1;
@@ -208,7 +210,7 @@ pub fn run_zygote(init_shim_logging: fn()) -> i32 {
         match nix::unistd::write(&socket, &answer.to_le_bytes()) {
             Ok(_) => {}
             // The runtime closed its end while we forked: the end of the zygote's job.
-            Err(nix::Error::EPIPE) => return 0,
+            Err(nix::Error::EPIPE | nix::Error::ECONNRESET) => return 0,
             Err(err) => {
                 eprintln!("runp zygote: cannot answer: {err}");
                 return 1;
