@@ -15,7 +15,10 @@
 //! `runp serve` then keeps its root and socket in `--dir`; `--endpoint SOCK --remove-all` only
 //! removes every pod of SOCK (the script's clean-up after a bench that died).
 //!
-//! Usage: runtime_start [--pods N] [--fixtures DIR] [--grpc]
+//! `--state-base DIR` puts runp's state dir (bundles, shim and pod files) in a temporary
+//! directory under DIR, as the script does on tmpfs; records and writable layers stay in /tmp.
+//!
+//! Usage: runtime_start [--pods N] [--fixtures DIR] [--grpc] [--state-base DIR]
 //!        runtime_start [--pods N] [--fixtures DIR] --endpoint unix://SOCK --dir DIR
 //!                      [--image NAME] [--runp-network ARG,ARG...]
 //!        runtime_start --endpoint unix://SOCK --remove-all
@@ -184,6 +187,10 @@ async fn main() -> anyhow::Result<()> {
         return peer(&Reaper::start()?, &dir, &endpoint, pods).await;
     }
     let dir = tempfile::Builder::new().prefix("rpb").tempdir_in("/tmp")?;
+    let state = match arg("--state-base") {
+        Some(base) => tempfile::Builder::new().prefix("rpb").tempdir_in(base)?,
+        None => tempfile::Builder::new().prefix("rps").tempdir_in("/tmp")?,
+    };
     let reaper = Reaper::start()?;
     // The smoke run (under `cargo test`) goes through both paths so both keep working.
     let grpc = flag("--grpc") || smoke;
@@ -195,11 +202,17 @@ async fn main() -> anyhow::Result<()> {
         images,
         reaper.clone(),
     );
+    options.state = state.path().join("rt");
     // The peer (`crun run`) gets a bare network namespace: compare like with like.
     options.network.mode = runp::runtime::network::NetworkMode::Loopback;
     let rt = ProcessRuntime::start(options).await?;
     let remote = match grpc {
-        true => Some(support::start_serve(&reaper, dir.path()).await?),
+        true => {
+            let serve_state = state.path().join("serve");
+            let args = ["--network", "loopback", "--state-dir"];
+            let args = [&args[..], &[serve_state.to_str().unwrap_or_default()]].concat();
+            Some(support::start_serve_with(&reaper, dir.path(), &args).await?)
+        }
         false => None,
     };
     let logs = dir.path().join("logs");

@@ -155,10 +155,12 @@ async fn unknown_ids_bad_configs_and_duplicates() {
         tonic::Code::InvalidArgument
     );
     // Failed creates leave no state behind and no name reserved.
-    let dirs = std::fs::read_dir(env.dir.path().join("rt/containers"))
-        .unwrap()
-        .count();
-    assert_eq!(dirs, 1, "only the first container's state");
+    for kind in ["rt/containers", "rt/run/containers"] {
+        let dirs = std::fs::read_dir(env.dir.path().join(kind))
+            .unwrap()
+            .count();
+        assert_eq!(dirs, 1, "only the first container's state in {kind}");
+    }
     env.create(&pod, shell("badmount", "true")).await.unwrap();
 
     // Starting twice is a wrong state.

@@ -222,17 +222,34 @@ async fn unreadable_state_files_are_reported_by_name_and_do_not_block_the_rest()
         .join(&pods[1].1)
         .join("container.json");
     std::fs::write(&garbage, b"\x00\xffnot json at all").unwrap();
+    // The run dirs are in the state dir (`<root>/run` by default); one of them, left by a
+    // removal cut short, has no record dir at all.
+    let run = dir.join("root/run/runtime");
     let half_pod = state.join("sandboxes").join("a".repeat(64));
-    std::fs::create_dir_all(half_pod.join("ns")).unwrap();
+    std::fs::create_dir_all(&half_pod).unwrap();
+    let half_pod_run = run.join("sandboxes").join("a".repeat(64));
+    std::fs::create_dir_all(half_pod_run.join("ns")).unwrap();
     let half_container = state.join("containers").join("b".repeat(64));
-    std::fs::create_dir_all(half_container.join("bundle")).unwrap();
+    std::fs::create_dir_all(&half_container).unwrap();
+    let half_container_run = run.join("containers").join("b".repeat(64));
+    std::fs::create_dir_all(half_container_run.join("bundle")).unwrap();
+    let stray_run = run.join("containers").join("c".repeat(64));
+    std::fs::create_dir_all(stray_run.join("bundle")).unwrap();
 
     let served = Served::start(dir, 2).await;
     let log = served.log_text();
     for file in [&truncated, &garbage] {
         assert!(log.contains(&file.display().to_string()), "{log}");
     }
-    assert!(!half_pod.exists() && !half_container.exists(), "{log}");
+    for left in [
+        &half_pod,
+        &half_pod_run,
+        &half_container,
+        &half_container_run,
+        &stray_run,
+    ] {
+        assert!(!left.exists(), "{} is left\n{log}", left.display());
+    }
     // The rest loads and works.
     let listed: HashSet<String> = sandboxes(&served.rt)
         .await

@@ -163,7 +163,12 @@ async fn full_pod_lifecycle_with_logs_and_events() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    assert!(!env.dir.path().join("rt/containers").join(&id).exists());
+    for kind in ["rt/containers", "rt/run/containers", "rt/run/lc"] {
+        assert!(
+            !env.dir.path().join(kind).join(&id).exists(),
+            "{kind}/{id} left"
+        );
+    }
     let zombies = lasting_zombies();
     assert!(zombies.is_empty(), "zombies: {zombies:?}");
 }

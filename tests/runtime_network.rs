@@ -351,8 +351,10 @@ async fn failed_add_fails_run_pod_sandbox_cleanly() {
         .unwrap()
         .items;
     assert!(listed.is_empty(), "{listed:?}");
-    let sandbox_dir = env.dir.path().join("rt/sandboxes").join(id);
-    assert!(!sandbox_dir.exists());
+    for dir in ["rt/sandboxes", "rt/run/sandboxes"] {
+        let sandbox_dir = env.dir.path().join(dir).join(id);
+        assert!(!sandbox_dir.exists(), "{} left", sandbox_dir.display());
+    }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(id), "mounts of {id} left");
     let leases: Vec<String> = std::fs::read_dir(test_lease_dir())

@@ -42,8 +42,9 @@ async fn restart_readopts_running_and_reports_exited() {
         rt,
     } = env;
     drop(rt);
-    // The pod's /dev/shm is a host directory: releasing the short container from outside.
-    let shm = std::fs::read_dir(dir.path().join("rt/sandboxes"))
+    // The pod's /dev/shm is a host directory (in the runtime's state dir, `<root>/run` by
+    // default): releasing the short container from outside.
+    let shm = std::fs::read_dir(dir.path().join("rt/run/sandboxes"))
         .unwrap()
         .next()
         .unwrap()

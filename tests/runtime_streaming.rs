@@ -259,7 +259,7 @@ async fn tty_exec_runs_on_the_containers_terminal_and_follows_resizes() {
     let status: serde_json::Value = serde_json::from_slice(&error.read_to_end().await).unwrap();
     assert_eq!(status["details"]["causes"][0]["message"], "4", "{status}");
     // Each tty exec's console socket, and libcontainer's link to it, are gone.
-    let lc_dir = env.dir.path().join("rt/lc").join(&id);
+    let lc_dir = env.dir.path().join("rt/run/lc").join(&id);
     let left: Vec<String> = std::fs::read_dir(&lc_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -116,6 +116,7 @@ pub async fn start(
     let exe = std::env::current_exe().context("locating the runp binary")?;
     let reaper = Reaper::start().context("starting the child reaper")?;
     let mut options = RuntimeOptions::new(global.root.join("runtime"), exe, store.clone(), reaper);
+    options.state = global.state_dir().join("runtime");
     options.node_ip = node_ip.map(|ip| ip.to_string());
     options.network = network.options();
     options.pod_max_pids = limits.pod_max_pids.filter(|max| *max > 0);

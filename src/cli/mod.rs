@@ -14,7 +14,9 @@ pub mod serve;
 
 use clap::Args;
 use runp::image::{RegistryOptions, StoreOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+const DEFAULT_ROOT: &str = "/var/lib/runp";
 
 /// Options shared by every subcommand.
 #[derive(Args, Clone, Debug)]
@@ -24,12 +26,16 @@ pub struct GlobalOpts {
         long,
         global = true,
         env = "RUNP_ROOT",
-        default_value = "/var/lib/runp"
+        default_value = DEFAULT_ROOT
     )]
     pub root: PathBuf,
     /// Image store root; defaults to <root>/images.
     #[arg(long, global = true, env = "RUNP_IMAGE_ROOT")]
     pub image_root: Option<PathBuf>,
+    /// State that dies with the machine (bundles, shim files, pod namespace files), best on
+    /// tmpfs; defaults to /run/runp with the default root, else to <root>/run.
+    #[arg(long, global = true, env = "RUNP_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax, e.g. `info` or `runp=debug`).
     #[arg(long, global = true, env = "RUNP_LOG", default_value = "info")]
     pub log_level: String,
@@ -40,6 +46,16 @@ impl GlobalOpts {
         self.image_root
             .clone()
             .unwrap_or_else(|| self.root.join("images"))
+    }
+
+    /// The default root pairs with /run/runp, as containerd's /var/lib and /run do; any other
+    /// root keeps its state inside, so that two roots never share one.
+    pub fn state_dir(&self) -> PathBuf {
+        match &self.state_dir {
+            Some(dir) => dir.clone(),
+            None if self.root == Path::new(DEFAULT_ROOT) => PathBuf::from("/run/runp"),
+            None => self.root.join("run"),
+        }
     }
 }
 
@@ -96,4 +112,31 @@ pub fn init_tracing(opts: &GlobalOpts) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_dir_pairs_with_the_root() {
+        let opts = |root: &str, state_dir: Option<&str>| GlobalOpts {
+            root: root.into(),
+            image_root: None,
+            state_dir: state_dir.map(PathBuf::from),
+            log_level: "info".into(),
+        };
+        for (root, state_dir, expected) in [
+            (DEFAULT_ROOT, None, "/run/runp"),
+            ("/srv/runp", None, "/srv/runp/run"),
+            (DEFAULT_ROOT, Some("/mnt/tmpfs/runp"), "/mnt/tmpfs/runp"),
+            ("/srv/runp", Some("/run/other"), "/run/other"),
+        ] {
+            assert_eq!(
+                opts(root, state_dir).state_dir(),
+                PathBuf::from(expected),
+                "{root} {state_dir:?}"
+            );
+        }
+    }
 }

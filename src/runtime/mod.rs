@@ -39,8 +39,11 @@ use std::time::Duration;
 
 /// How to build a [`ProcessRuntime`].
 pub struct RuntimeOptions {
-    /// State root (`<runp root>/runtime`).
+    /// State root (`<runp root>/runtime`): records and writable layers.
     pub root: PathBuf,
+    /// What dies with the machine (bundles, shim files, pod files, namespace mounts): best on
+    /// tmpfs, where creating a file costs a fraction of a disk's. Default `<root>/run`.
+    pub state: PathBuf,
     /// The runp binary, re-executed for shims and exec helpers.
     pub runp_exe: PathBuf,
     pub image_store: ImageStore,
@@ -70,8 +73,10 @@ impl RuntimeOptions {
         image_store: ImageStore,
         reaper: Reaper,
     ) -> Self {
+        let root: PathBuf = root.into();
         RuntimeOptions {
-            root: root.into(),
+            state: root.join("run"),
+            root,
             runp_exe: runp_exe.into(),
             image_store,
             reaper,
@@ -129,15 +134,14 @@ impl ProcessRuntime {
     pub async fn start(opts: RuntimeOptions) -> Result<Arc<ProcessRuntime>, RuntimeError> {
         let layout = Layout {
             root: opts.root.clone(),
+            state: opts.state.clone(),
         };
         // Container specs carry their env (secrets among it): the state is root's alone.
-        crate::util::private_dir::ensure_private_dir(&layout.root, 0o700)
-            .map_err(RuntimeError::io("creating", &layout.root))?;
-        for dir in [
-            layout.sandboxes(),
-            layout.containers(),
-            layout.libcontainer_root(),
-        ] {
+        for private in [&layout.root, &layout.state] {
+            crate::util::private_dir::ensure_private_dir(private, 0o700)
+                .map_err(RuntimeError::io("creating", private))?;
+        }
+        for dir in layout.dirs() {
             std::fs::create_dir_all(&dir).map_err(RuntimeError::io("creating", &dir))?;
         }
         let rootless = is_rootless();

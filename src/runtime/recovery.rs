@@ -8,7 +8,8 @@ use crate::runtime::monitor::{apply_exit, watch_container, watch_infra};
 use crate::runtime::shim::{open_pidfd, signal};
 use crate::runtime::state::{
     BadRecord, ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry,
-    SandboxRecord, SandboxState, container_name_key, load_records, lock, sandbox_name_key,
+    SandboxRecord, SandboxState, container_name_key, load_records, lock, remove_dir_if_present,
+    sandbox_name_key,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ impl ProcessRuntime {
         }
         for (path, record) in sandboxes {
             if record.infra.is_none() {
-                stop_unrecorded_infra(&layout.sandbox_dir(&record.id));
+                stop_unrecorded_infra(&layout.sandbox_run_dir(&record.id));
             }
             let infra_alive = record
                 .infra
@@ -59,7 +60,7 @@ impl ProcessRuntime {
         }
         let mut adopted = 0;
         for (path, record) in containers {
-            let dir = layout.container_dir(&record.id);
+            let dir = layout.container_run_dir(&record.id);
             let entry = Arc::new(ContainerEntry::new(record.clone(), path));
             let record = adopt_interrupted_start(&entry, &dir)?;
             if record.state == ContainerState::Running {
@@ -105,7 +106,32 @@ impl ProcessRuntime {
         if adopted > 0 {
             tracing::info!(count = adopted, "re-adopted running containers");
         }
+        self.clear_stray_run_dirs().await;
         Ok(())
+    }
+
+    /// Run dirs whose record dir is gone: a removal cut short between the two.
+    async fn clear_stray_run_dirs(&self) {
+        let layout = &self.shared.layout;
+        for sandbox in [true, false] {
+            let (runs, records) = match sandbox {
+                true => (layout.state.join("sandboxes"), layout.sandboxes()),
+                false => (layout.state.join("containers"), layout.containers()),
+            };
+            let Ok(entries) = std::fs::read_dir(&runs) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let id = entry.file_name().to_string_lossy().into_owned();
+                if !crate::runtime::ids::is_valid_id(&id) || records.join(&id).exists() {
+                    continue;
+                }
+                tracing::info!(%id, dir = %entry.path().display(), "clearing a run dir without its record");
+                if let Err(e) = self.clear_leftovers(&id, sandbox).await {
+                    tracing::warn!(%id, error = %e, "cannot clear a run dir without its record");
+                }
+            }
+        }
     }
 }
 
@@ -153,30 +179,26 @@ impl ProcessRuntime {
         Ok(())
     }
 
-    /// Kills what the shim's start record names, then releases mounts, lease and directory.
+    /// Kills what the shim's start record names, then releases mounts, lease and directories.
     async fn clear_leftovers(&self, id: &str, sandbox: bool) -> Result<()> {
         let layout = &self.shared.layout;
-        let dir = if sandbox {
-            layout.sandbox_dir(id)
-        } else {
-            layout.container_dir(id)
-        };
-        kill_started(&dir);
         if sandbox {
-            return self.teardown_sandbox_dir(&dir).await;
+            kill_started(&layout.sandbox_run_dir(id));
+            return self.teardown_sandbox(id).await;
         }
-        let (images, holder, lc_state) = (
+        let run_dir = layout.container_run_dir(id);
+        kill_started(&run_dir);
+        let (images, holder, dir, lc_state) = (
             self.images.clone(),
             id.to_string(),
+            layout.container_dir(id),
             layout.libcontainer_root().join(id),
         );
         tokio::task::spawn_blocking(move || {
             images.release_rootfs("", &holder, &dir)?;
             let _ = std::fs::remove_dir_all(&lc_state);
-            std::fs::remove_dir_all(&dir).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(RuntimeError::io("removing", &dir)(e)),
-            })
+            remove_dir_if_present(&run_dir)?;
+            remove_dir_if_present(&dir)
         })
         .await
         .map_err(|e| RuntimeError::Internal(format!("container cleanup task: {e}")))?

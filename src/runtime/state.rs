@@ -1,8 +1,15 @@
 //! Persistent runtime state: one JSON record per sandbox and per container under the runtime
 //! root, replaced atomically on every change, plus the in-memory index the CRI calls use.
 //!
-//! Layout: `<root>/sandboxes/<id>/{sandbox.json, ns/, hostname, hosts, resolv.conf, shm/}` and
-//! `<root>/containers/<id>/{container.json, bundle/config.json, shim.json, exit.json, rootfs}`.
+//! Layout: records and writable layers under the root (a disk), what dies with the machine
+//! under the state dir (tmpfs on a usual host, as containerd's /run/containerd):
+//! - `<root>/sandboxes/<id>/sandbox.json`, `<root>/containers/<id>/{container.json, rootfs,
+//!   upper, work}`;
+//! - `<state>/sandboxes/<id>/{ns/, hostname, hosts, resolv.conf, shm/, shim files}`,
+//!   `<state>/containers/<id>/{bundle/config.json, shim files, exit record}`, `<state>/lc/`.
+//!
+//! A record dir is made before its run dir and removed after it, so a run dir without a
+//! record dir is a leftover of a removal cut short (or of another runtime's root).
 
 use crate::cri::{POD_UID_LABEL, api};
 use crate::runtime::error::{Result, RuntimeError};
@@ -15,10 +22,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-/// Where things live under the runtime root.
+/// Where things live under the runtime root and the state dir.
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub root: PathBuf,
+    pub state: PathBuf,
 }
 
 impl Layout {
@@ -28,15 +36,45 @@ impl Layout {
     pub fn containers(&self) -> PathBuf {
         self.root.join("containers")
     }
+    /// The sandbox's record.
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.sandboxes().join(id)
     }
+    /// The container's record and writable layer.
     pub fn container_dir(&self, id: &str) -> PathBuf {
         self.containers().join(id)
     }
+    /// The sandbox's namespace files, /dev/shm, etc files and shim files.
+    pub fn sandbox_run_dir(&self, id: &str) -> PathBuf {
+        self.state.join("sandboxes").join(id)
+    }
+    /// The container's bundle and shim files (the shim's state dir).
+    pub fn container_run_dir(&self, id: &str) -> PathBuf {
+        self.state.join("containers").join(id)
+    }
     /// libcontainer's own state directory (short: unix socket paths live under it).
     pub fn libcontainer_root(&self) -> PathBuf {
-        self.root.join("lc")
+        self.state.join("lc")
+    }
+    /// Every directory the layout needs, created at start.
+    pub fn dirs(&self) -> [PathBuf; 5] {
+        [
+            self.sandboxes(),
+            self.containers(),
+            self.state.join("sandboxes"),
+            self.state.join("containers"),
+            self.libcontainer_root(),
+        ]
+    }
+}
+
+/// Deletes `dir` and what it holds; already gone is fine.
+pub(crate) fn remove_dir_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(RuntimeError::io("removing", dir)(e))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -191,7 +191,13 @@ pub async fn remove_everything_and_check(served: &Served, dir: &Path) {
     assert!(sandboxes(rt).await.is_empty());
     assert!(containers(rt).await.is_empty());
     let root = dir.join("root");
-    for sub in ["runtime/sandboxes", "runtime/containers", "images/leases"] {
+    for sub in [
+        "runtime/sandboxes",
+        "runtime/containers",
+        "run/runtime/sandboxes",
+        "run/runtime/containers",
+        "images/leases",
+    ] {
         assert_eq!(entries(&root.join(sub)), Vec::<String>::new(), "{sub}");
     }
     assert_eq!(mounts_under(&root), Vec::<String>::new());

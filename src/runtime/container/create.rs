@@ -135,6 +135,7 @@ impl ProcessRuntime {
                     })
                     .await;
                 }
+                let _ = std::fs::remove_dir_all(self.shared.layout.container_run_dir(&id));
                 let _ = std::fs::remove_dir_all(&dir);
                 Err(e)
             }
@@ -151,8 +152,11 @@ impl ProcessRuntime {
         image_ref: String,
     ) -> std::result::Result<Arc<ContainerEntry>, (RuntimeError, Option<String>)> {
         let fail = |e: RuntimeError| (e, None);
-        std::fs::create_dir_all(dir.join("bundle"))
-            .map_err(|e| fail(RuntimeError::io("creating", dir)(e)))?;
+        // The record dir first: a run dir never outlives it (see the state layout).
+        let run_dir = self.shared.layout.container_run_dir(id);
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::create_dir_all(run_dir.join("bundle")))
+            .map_err(|e| fail(RuntimeError::io("creating", &run_dir)(e)))?;
         let images = self.images.clone();
         let lookup = image_ref.clone();
         let image = tokio::task::spawn_blocking(move || images.resolve(&lookup))
@@ -171,8 +175,10 @@ impl ProcessRuntime {
                 .map_err(|e| fail(RuntimeError::Internal(format!("rootfs task: {e}"))))?;
         let with_lease = |e: RuntimeError| (e, Some(image.id.clone()));
         let rootfs = prepared.map_err(|e| with_lease(e.into()))?.path;
-        self.write_bundle(id, dir, sandbox, config, &image, image_ref, rootfs)
-            .map_err(with_lease)
+        self.write_bundle(
+            id, dir, &run_dir, sandbox, config, &image, image_ref, rootfs,
+        )
+        .map_err(with_lease)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -180,6 +186,7 @@ impl ProcessRuntime {
         &self,
         id: &str,
         dir: &Path,
+        run_dir: &Path,
         sandbox: &SandboxRecord,
         config: api::ContainerConfig,
         image: &crate::image::ImageRecord,
@@ -194,7 +201,7 @@ impl ProcessRuntime {
         };
         ensure_host_paths(&config.mounts)?;
         let log_path = log_path(&sandbox_config, &config)?;
-        let sandbox_dir = self.shared.layout.sandbox_dir(&sandbox.id);
+        let sandbox_dir = self.shared.layout.sandbox_run_dir(&sandbox.id);
         let pod_files = PodFiles {
             hostname: sandbox_dir.join("hostname"),
             hosts: sandbox_dir.join("hosts"),
@@ -248,7 +255,7 @@ impl ProcessRuntime {
         })?;
         self.log_warnings(id, &built.warnings);
         let stop_signal = spec::stop_signal(image_config.as_ref())?;
-        let bundle_config = dir.join("bundle").join("config.json");
+        let bundle_config = run_dir.join("bundle").join("config.json");
         write_volatile_json(&bundle_config, &built.spec)?;
         let resources = config
             .linux

@@ -5,7 +5,7 @@ use crate::cri::api;
 use crate::runtime::ProcessRuntime;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::monitor::container_event;
-use crate::runtime::state::{ContainerEntry, container_name_key, lock};
+use crate::runtime::state::{ContainerEntry, container_name_key, lock, remove_dir_if_present};
 
 impl ProcessRuntime {
     pub(crate) async fn remove_container_impl(&self, id: &str) -> Result<()> {
@@ -22,6 +22,7 @@ impl ProcessRuntime {
         self.stop_container_locked(entry, 0).await?;
         let record = entry.snapshot();
         let dir = self.shared.layout.container_dir(&record.id);
+        let run_dir = self.shared.layout.container_run_dir(&record.id);
         let lc_state = self.shared.layout.libcontainer_root().join(&record.id);
         let (images, image_id, holder) = (
             self.images.clone(),
@@ -32,10 +33,9 @@ impl ProcessRuntime {
             images.release_rootfs(&image_id, &holder, &dir)?;
             // The shim cleans libcontainer's state; leftovers of a crashed shim go here.
             let _ = std::fs::remove_dir_all(&lc_state);
-            std::fs::remove_dir_all(&dir).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(RuntimeError::io("removing", &dir)(e)),
-            })
+            // The record dir last: a run dir never outlives it (see the state layout).
+            remove_dir_if_present(&run_dir)?;
+            remove_dir_if_present(&dir)
         })
         .await
         .map_err(|e| RuntimeError::Internal(format!("container removal task: {e}")))??;

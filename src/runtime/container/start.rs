@@ -32,7 +32,7 @@ impl ProcessRuntime {
                 sandbox.id
             )));
         }
-        let dir = self.shared.layout.container_dir(&record.id);
+        let dir = self.shared.layout.container_run_dir(&record.id);
         let config = record.config()?;
         let spec = ShimSpec {
             id: record.id.clone(),

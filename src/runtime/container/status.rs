@@ -57,7 +57,7 @@ impl ProcessRuntime {
         let record = self.shared.index.container(&req.container_id)?.snapshot();
         let mut info = HashMap::new();
         if req.verbose {
-            let dir = self.shared.layout.container_dir(&record.id);
+            let dir = self.shared.layout.container_run_dir(&record.id);
             let verbose = serde_json::json!({
                 "pid": record.process.map(|p| p.pid),
                 "shimPid": record.process.map(|p| p.shim_pid),

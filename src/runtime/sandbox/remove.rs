@@ -23,8 +23,7 @@ impl ProcessRuntime {
         {
             tracing::warn!(sandbox = %record.id, error = %e, "cannot remove the pod cgroup");
         }
-        self.teardown_sandbox_dir(&self.shared.layout.sandbox_dir(&record.id))
-            .await?;
+        self.teardown_sandbox(&record.id).await?;
         self.shared.index.remove_sandbox(&record.id);
         self.shared
             .index

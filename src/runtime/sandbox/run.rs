@@ -9,7 +9,8 @@ use crate::runtime::ids::new_id;
 use crate::runtime::monitor::watch_infra;
 use crate::runtime::network::LOOPBACK_POD_IP;
 use crate::runtime::state::{
-    NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, sandbox_name_key, write_volatile,
+    NamespacePaths, SandboxEntry, SandboxRecord, SandboxState, remove_dir_if_present,
+    sandbox_name_key, write_volatile,
 };
 use nix::mount::{MsFlags, mount};
 use std::path::Path;
@@ -50,7 +51,7 @@ impl ProcessRuntime {
         let id = new_id();
         let name_key = sandbox_name_key(&meta);
         self.shared.index.reserve_name(&name_key, &id)?;
-        let dir = self.shared.layout.sandbox_dir(&id);
+        let dir = self.shared.layout.sandbox_run_dir(&id);
         match self
             .create_sandbox(
                 &id,
@@ -66,7 +67,7 @@ impl ProcessRuntime {
             Ok(()) => Ok(id),
             Err(e) => {
                 self.shared.index.release_name(&name_key, &id);
-                if let Err(cleanup) = self.teardown_sandbox_dir(&dir).await {
+                if let Err(cleanup) = self.teardown_sandbox(&id).await {
                     tracing::warn!(sandbox = %id, error = %cleanup, "cleanup after a failed RunPodSandbox");
                 }
                 Err(e)
@@ -85,6 +86,9 @@ impl ProcessRuntime {
         host_network: bool,
         host_ipc: bool,
     ) -> Result<()> {
+        // The record dir first: a run dir never outlives it (see the state layout).
+        let record_dir = self.shared.layout.sandbox_dir(id);
+        std::fs::create_dir_all(&record_dir).map_err(RuntimeError::io("creating", &record_dir))?;
         std::fs::create_dir_all(dir.join("ns")).map_err(RuntimeError::io("creating", dir))?;
         // Bad port mappings fail here, before anything exists.
         let (network, network_info) = if host_network {
@@ -150,7 +154,7 @@ impl ProcessRuntime {
         // Persist before starting anything, so a crash leaves a record to clean up. Durably
         // only with a CNI attachment: its IPAM allocation is the one thing here that outlives
         // a power loss (mounts, cgroups and processes do not), and DEL must find it.
-        let entry = Arc::new(SandboxEntry::new(record, dir.join("sandbox.json")));
+        let entry = Arc::new(SandboxEntry::new(record, record_dir.join("sandbox.json")));
         if entry.with(|r| r.network.is_some()) {
             entry.persist()?;
         } else {
@@ -264,16 +268,19 @@ impl ProcessRuntime {
         }
     }
 
-    /// Unmounts what a sandbox dir holds (namespace files, /dev/shm) and deletes it.
-    pub(crate) async fn teardown_sandbox_dir(&self, dir: &Path) -> Result<()> {
-        let dir = dir.to_path_buf();
+    /// Unmounts what a sandbox's run dir holds (namespace files, /dev/shm) and deletes it,
+    /// then its record dir.
+    pub(crate) async fn teardown_sandbox(&self, id: &str) -> Result<()> {
+        let run_dir = self.shared.layout.sandbox_run_dir(id);
+        let record_dir = self.shared.layout.sandbox_dir(id);
         tokio::task::spawn_blocking(move || {
-            if !dir.exists() {
-                return Ok(());
+            if run_dir.exists() {
+                crate::jail::release_pod_namespaces(&run_dir.join("ns"))?;
+                unmount_all(&run_dir.join("shm"));
+                std::fs::remove_dir_all(&run_dir)
+                    .map_err(RuntimeError::io("removing", &run_dir))?;
             }
-            crate::jail::release_pod_namespaces(&dir.join("ns"))?;
-            unmount_all(&dir.join("shm"));
-            std::fs::remove_dir_all(&dir).map_err(RuntimeError::io("removing", &dir))
+            remove_dir_if_present(&record_dir)
         })
         .await
         .map_err(|e| RuntimeError::Internal(format!("sandbox teardown task: {e}")))?

@@ -75,7 +75,7 @@ impl ProcessRuntime {
                 }
             }
         }
-        let dir = self.shared.layout.sandbox_dir(&sandbox_id);
+        let dir = self.shared.layout.sandbox_run_dir(&sandbox_id);
         let ns_dir = dir.join("ns");
         tokio::task::spawn_blocking(move || {
             crate::jail::release_pod_namespaces(&ns_dir)?;

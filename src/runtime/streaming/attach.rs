@@ -67,7 +67,7 @@ impl ProcessRuntime {
     ) -> Result<()> {
         let record = self.running_container(container_id)?;
         let config = record.config()?;
-        let dir = self.shared.layout.container_dir(&record.id);
+        let dir = self.shared.layout.container_run_dir(&record.id);
         let conn = tokio::task::spawn_blocking(move || connect_attach(&dir))
             .await
             .map_err(|e| RuntimeError::Internal(format!("attach connect task: {e}")))??;
