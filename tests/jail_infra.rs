@@ -42,8 +42,10 @@ fn start_infra(dir: &Path, hostname: &str) -> (i32, i32, PodNamespacePaths) {
     }
 }
 
-/// `spec` joining the pod's namespaces (and its pid namespace when `share_pid`).
-fn join_pod(spec: &mut Spec, ns: &PodNamespacePaths, share_pid: bool) {
+/// `spec` joining the pod's namespaces (and the pid namespace of `pause`, the infra, when
+/// `share_pid`, as the runtime does).
+fn join_pod(spec: &mut Spec, ns: &PodNamespacePaths, pause: i32, share_pid: bool) {
+    let pid_ns = std::path::PathBuf::from(format!("/proc/{pause}/ns/pid"));
     let linux = spec.linux_mut().as_mut().unwrap();
     let namespaces = linux
         .namespaces()
@@ -54,7 +56,7 @@ fn join_pod(spec: &mut Spec, ns: &PodNamespacePaths, share_pid: bool) {
             LinuxNamespaceType::Network => namespace(n.typ(), ns.net.as_deref()),
             LinuxNamespaceType::Ipc => namespace(n.typ(), ns.ipc.as_deref()),
             LinuxNamespaceType::Uts => namespace(n.typ(), ns.uts.as_deref()),
-            LinuxNamespaceType::Pid if share_pid => namespace(n.typ(), Some(&ns.pid)),
+            LinuxNamespaceType::Pid if share_pid => namespace(n.typ(), Some(&pid_ns)),
             _ => n,
         })
         .collect();
@@ -84,6 +86,8 @@ fn containers_join_the_pod_namespaces() {
             Some(dir.path().join("ns").join(kind).as_path())
         );
     }
+    // No pid namespace file: sharers join /proc/<pause>/ns/pid.
+    assert!(!dir.path().join("ns/pid").exists());
     // The pause process: pid 1 of its own pid namespace, no capabilities, no_new_privs.
     let status = std::fs::read_to_string(format!("/proc/{pause}/status")).unwrap();
     assert!(
@@ -101,7 +105,7 @@ fn containers_join_the_pod_namespaces() {
     let script = "hostname; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; \
                   ip -o link show lo; for n in net ipc uts; do readlink /proc/self/ns/$n; done";
     let mut spec = base_spec(&rootfs, &["sh", "-c", script]);
-    join_pod(&mut spec, &ns, false);
+    join_pod(&mut spec, &ns, pause, false);
     let run = Run::new(dir.path(), "member", &spec);
     let (shim, _) = run.start_ok();
     let exit = run.wait_exit(shim);
@@ -125,7 +129,7 @@ fn containers_join_the_pod_namespaces() {
 
     // Sharing the pod's pid namespace: the pause process is pid 1.
     let mut spec = base_spec(&rootfs, &["sh", "-c", "cat /proc/1/comm; echo $$"]);
-    join_pod(&mut spec, &ns, true);
+    join_pod(&mut spec, &ns, pause, true);
     let run = Run::new(dir.path(), "pid-sharer", &spec);
     let (shim, _) = run.start_ok();
     let exit = run.wait_exit(shim);

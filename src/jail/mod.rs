@@ -113,8 +113,6 @@ pub struct PodNamespacePaths {
     pub net: Option<PathBuf>,
     pub ipc: Option<PathBuf>,
     pub uts: Option<PathBuf>,
-    /// The infra's pid namespace (always new), for pods that share it.
-    pub pid: PathBuf,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,10 +9,13 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// Namespace kinds a pod keeps as files, in `ns_dir/<name>`.
+/// Namespace kinds a pod may hold as files, in `ns_dir/<name>`; released in this order. "pid"
+/// only in pods of runp before the pid bind was dropped.
 const KINDS: [&str; 4] = ["net", "ipc", "uts", "pid"];
 
-/// Bind-mounts the requested namespaces of `pid` (and always its pid namespace) under `ns_dir`.
+/// Bind-mounts the requested namespaces of `pid` under `ns_dir`. Not its pid namespace:
+/// nothing can join that once the infra (its init) is gone, so containers sharing it join
+/// `/proc/<infra>/ns/pid`, and a bind would only add a mount per pod to every mountinfo read.
 pub(crate) fn bind_pod_namespaces(
     pid: i32,
     ns_dir: &Path,
@@ -33,7 +36,6 @@ pub(crate) fn bind_pod_namespaces(
             net: bind("net", net)?,
             ipc: bind("ipc", ipc)?,
             uts: bind("uts", uts)?,
-            pid: bind("pid", true)?.unwrap_or_default(),
         })
     })();
     if paths.is_err() {
