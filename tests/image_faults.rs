@@ -215,3 +215,17 @@ fn a_layer_with_unreadable_metadata_is_replaced_by_the_next_import() {
         assert!(fs::read_dir(&tree).unwrap().next().is_some(), "{tree:?}");
     }
 }
+
+#[test]
+fn a_lease_write_cut_short_leaves_nothing_after_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    drop(ImageStore::open(&root).unwrap());
+    // What a process killed between an atomic write's create and its rename leaves.
+    let leases = root.join("leases");
+    let temporary = leases.join(".f935f53f23c908ab.json.tmp.15133.3422708637");
+    fs::write(&temporary, b"{\"holder\":").unwrap();
+    drop(ImageStore::open(&root).unwrap());
+    assert!(!temporary.exists());
+    assert_eq!(fs::read_dir(&leases).unwrap().count(), 0);
+}

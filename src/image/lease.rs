@@ -39,6 +39,23 @@ pub fn read(dir: &Path, holder: &str) -> Result<Option<Lease>, ImageError> {
     }
 }
 
+/// Deletes the temporaries that atomic writes killed before their rename left (`.<name>.tmp.*`).
+/// Call with the store lock held: every lease write holds it too.
+pub fn remove_temporaries(dir: &Path) -> Result<(), ImageError> {
+    for entry in fs::read_dir(dir)
+        .context(|| format!("listing {}", dir.display()))?
+        .flatten()
+    {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".json.tmp.") {
+            let path = entry.path();
+            fs::remove_file(&path).context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn read_all(dir: &Path) -> Result<Vec<Lease>, ImageError> {
     let mut leases = Vec::new();
     for entry in fs::read_dir(dir)

@@ -144,6 +144,7 @@ impl ImageStore {
         let blobs = BlobDir::create(paths.root.join("blobs").join("sha256"))?;
         let _lock = StoreLock::exclusive(&paths.lock)?;
         staging::remove_stale(&paths.tmp)?;
+        lease::remove_temporaries(&paths.leases)?;
         let mut caps = HostCaps::probe(&paths.tmp);
         if options.portable_layers {
             caps.layer_format = super::unpack::LayerFormat::Portable;
