@@ -254,6 +254,10 @@ impl ProcessRuntime {
             runp_exe: Some(&self.runp_exe),
         })?;
         self.log_warnings(id, &built.warnings);
+        super::targets::make_bind_targets(
+            &rootfs,
+            built.spec.mounts().as_deref().unwrap_or_default(),
+        );
         let stop_signal = spec::stop_signal(image_config.as_ref())?;
         let bundle_config = run_dir.join("bundle").join("config.json");
         write_volatile_json(&bundle_config, &built.spec)?;

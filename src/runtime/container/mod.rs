@@ -7,4 +7,5 @@ mod remove;
 mod start;
 pub(crate) mod status;
 mod stop;
+mod targets;
 mod update;
