@@ -20,9 +20,10 @@ FIXTURES="$PWD/rootfs-fixtures/build"
 # memcg lingers while page cache is charged to it. With 3334 of them (a day of 500-pod runs)
 # runp's pod start read 25-29 ms here, and 12.7 ms once `echo 3 > /proc/sys/vm/drop_caches`
 # had freed them (crun read 8.4 ms in the slow state). Printed so that a slow machine can be
-# told from a slow runtime. runp's in-process pods no longer add to it (their init made mount
-# targets on the disk, charging its metadata pages to the pod); a whole run of this script,
-# with its peers, still took it from 78 to 163, which is not attributed yet.
+# told from a slow runtime. runp's pods (in process and through runp serve) no longer add to
+# it: 78 -> 84 over 64 of them (their init made mount targets on the disk, charging its
+# metadata pages to the pod). The containerd part (runp with CNI beside containerd) still
+# added 41, not attributed further.
 echo "memory cgroups held by the kernel: $(awk '$1 == "memory" {print $3}' /proc/cgroups 2>/dev/null)" >&2
 # Both runtimes keep their volatile state where a usual host has it, on tmpfs (/run/runp,
 # /run/crun); this VM's /run is on its disk, so /dev/shm stands in for it. Records, writable
