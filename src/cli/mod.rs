@@ -33,7 +33,7 @@ pub struct GlobalOpts {
     #[arg(long, global = true, env = "RUNP_IMAGE_ROOT")]
     pub image_root: Option<PathBuf>,
     /// State that dies with the machine (bundles, shim files, pod namespace files), best on
-    /// tmpfs; defaults to /run/runp with the default root, else to <root>/run.
+    /// tmpfs; defaults to /run/runp with the default root, else to <root>/run. One per root.
     #[arg(long, global = true, env = "RUNP_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax, e.g. `info` or `runp=debug`).

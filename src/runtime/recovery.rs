@@ -115,8 +115,8 @@ impl ProcessRuntime {
         let layout = &self.shared.layout;
         for sandbox in [true, false] {
             let (runs, records) = match sandbox {
-                true => (layout.state.join("sandboxes"), layout.sandboxes()),
-                false => (layout.state.join("containers"), layout.containers()),
+                true => (layout.sandbox_runs(), layout.sandboxes()),
+                false => (layout.container_runs(), layout.containers()),
             };
             let Ok(entries) = std::fs::read_dir(&runs) else {
                 continue;

@@ -9,7 +9,8 @@
 //!   `<state>/containers/<id>/{bundle/config.json, shim files, exit record}`, `<state>/lc/`.
 //!
 //! A record dir is made before its run dir and removed after it, so a run dir without a
-//! record dir is a leftover of a removal cut short (or of another runtime's root).
+//! record dir is a leftover of a removal cut short, which recovery clears: one state dir
+//! belongs to one root.
 
 use crate::cri::{POD_UID_LABEL, api};
 use crate::runtime::error::{Result, RuntimeError};
@@ -44,13 +45,19 @@ impl Layout {
     pub fn container_dir(&self, id: &str) -> PathBuf {
         self.containers().join(id)
     }
+    pub fn sandbox_runs(&self) -> PathBuf {
+        self.state.join("sandboxes")
+    }
+    pub fn container_runs(&self) -> PathBuf {
+        self.state.join("containers")
+    }
     /// The sandbox's namespace files, /dev/shm, etc files and shim files.
     pub fn sandbox_run_dir(&self, id: &str) -> PathBuf {
-        self.state.join("sandboxes").join(id)
+        self.sandbox_runs().join(id)
     }
     /// The container's bundle and shim files (the shim's state dir).
     pub fn container_run_dir(&self, id: &str) -> PathBuf {
-        self.state.join("containers").join(id)
+        self.container_runs().join(id)
     }
     /// libcontainer's own state directory (short: unix socket paths live under it).
     pub fn libcontainer_root(&self) -> PathBuf {
@@ -61,8 +68,8 @@ impl Layout {
         [
             self.sandboxes(),
             self.containers(),
-            self.state.join("sandboxes"),
-            self.state.join("containers"),
+            self.sandbox_runs(),
+            self.container_runs(),
             self.libcontainer_root(),
         ]
     }
