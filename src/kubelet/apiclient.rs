@@ -3,8 +3,28 @@
 //! failed (the file, the server, the verb and resource refused).
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::ExponentialBackoff;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The backoff of the agent's list+watch streams after an error. kube's default grows to 30 s
+/// (plus up to as much jitter) and stays grown for 2 minutes after the last error, so after an
+/// API server outage a pod bound meanwhile could wait a minute before the node saw it (CI's
+/// `cluster_pods` did). A node holds a handful of watches: it retries sooner, 0.5 s doubling
+/// to 5 s (jitter up to as much again), and starts again from 0.5 s 2 minutes after an error.
+pub fn watch_backoff() -> impl Backoff {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(
+        ExponentialBackoff::from(exponential),
+        Duration::from_secs(120),
+    )
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiClientError {
@@ -134,6 +154,19 @@ pub fn status_code(err: &kube::Error) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_retries_start_at_half_a_second_and_stay_under_ten() {
+        let delays: Vec<Duration> = watch_backoff().take(12).collect();
+        assert_eq!(delays.len(), 12, "never gives up");
+        // 0.5 s plus up to as much jitter, then doubling.
+        assert!(delays[0] >= Duration::from_millis(500) && delays[0] < Duration::from_secs(1));
+        assert!(delays[1] >= Duration::from_secs(1) && delays[1] < Duration::from_secs(2));
+        // Capped at 5 s (before jitter) from the 5th retry on; kube's default reaches 30 s.
+        for delay in &delays[4..] {
+            assert!(*delay >= Duration::from_secs(5) && *delay < Duration::from_secs(10));
+        }
+    }
 
     #[tokio::test]
     async fn bad_kubeconfig_names_the_file() {

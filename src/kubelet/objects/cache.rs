@@ -167,7 +167,7 @@ async fn watch_one<K>(
         + Send
         + 'static,
 {
-    let stream = watch_object(api, &name).default_backoff();
+    let stream = watch_object(api, &name).backoff(crate::kubelet::apiclient::watch_backoff());
     futures::pin_mut!(stream);
     let mut failing = false;
     while let Some(item) = stream.next().await {

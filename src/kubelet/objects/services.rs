@@ -23,7 +23,7 @@ impl ServiceCache {
         let (store, writer) = reflector::store();
         let services: Api<Service> = Api::all(api.client.clone());
         let stream = reflector::reflector(writer, watcher(services, watcher::Config::default()))
-            .default_backoff();
+            .backoff(crate::kubelet::apiclient::watch_backoff());
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             let mut failing = false;

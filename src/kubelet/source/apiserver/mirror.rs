@@ -377,7 +377,9 @@ async fn run(
     let selector = format!("spec.nodeName={node_name}");
     let pods: Api<Pod> = Api::all(api.client.clone());
     let config = watcher::Config::default().fields(&selector);
-    let mut stream = watcher::watcher(pods, config).default_backoff().boxed();
+    let mut stream = watcher::watcher(pods, config)
+        .backoff(crate::kubelet::apiclient::watch_backoff())
+        .boxed();
     let mut relist: Option<HashMap<(String, String), Seen>> = None;
     let mut node_uid: Option<String> = None;
     let mut tick = tokio::time::interval(RESYNC);

@@ -75,7 +75,9 @@ async fn run(
     let selector = format!("spec.nodeName={node_name}");
     let pods: Api<Pod> = Api::all(api.client.clone());
     let config = watcher::Config::default().fields(&selector);
-    let mut stream = watcher::watcher(pods, config).default_backoff().boxed();
+    let mut stream = watcher::watcher(pods, config)
+        .backoff(crate::kubelet::apiclient::watch_backoff())
+        .boxed();
     let mut set = PodSet::default();
     let mut failing = false;
     tracing::info!(server = %api.server, node = %node_name, "watching the pods bound to the node");
