@@ -3,13 +3,12 @@
 
 use crate::jail;
 use crate::runtime::ProcessRuntime;
-use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::error::Result;
 use crate::runtime::monitor::{apply_exit, watch_container, watch_infra};
 use crate::runtime::shim::{open_pidfd, signal};
 use crate::runtime::state::{
     BadRecord, ContainerEntry, ContainerRecord, ContainerState, ProcessRecord, SandboxEntry,
-    SandboxRecord, SandboxState, container_name_key, load_records, lock, remove_dir_if_present,
-    sandbox_name_key,
+    SandboxRecord, SandboxState, container_name_key, load_records, lock, sandbox_name_key,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -186,22 +185,8 @@ impl ProcessRuntime {
             kill_started(&layout.sandbox_run_dir(id));
             return self.teardown_sandbox(id).await;
         }
-        let run_dir = layout.container_run_dir(id);
-        kill_started(&run_dir);
-        let (images, holder, dir, lc_state) = (
-            self.images.clone(),
-            id.to_string(),
-            layout.container_dir(id),
-            layout.libcontainer_root().join(id),
-        );
-        tokio::task::spawn_blocking(move || {
-            images.release_rootfs("", &holder, &dir)?;
-            let _ = std::fs::remove_dir_all(&lc_state);
-            remove_dir_if_present(&run_dir)?;
-            remove_dir_if_present(&dir)
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("container cleanup task: {e}")))?
+        kill_started(&layout.container_run_dir(id));
+        self.teardown_container(id, "").await
     }
 }
 

@@ -21,24 +21,8 @@ impl ProcessRuntime {
         let _op = entry.op.lock().await;
         self.stop_container_locked(entry, 0).await?;
         let record = entry.snapshot();
-        let dir = self.shared.layout.container_dir(&record.id);
-        let run_dir = self.shared.layout.container_run_dir(&record.id);
-        let lc_state = self.shared.layout.libcontainer_root().join(&record.id);
-        let (images, image_id, holder) = (
-            self.images.clone(),
-            record.image_id.clone(),
-            record.id.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            images.release_rootfs(&image_id, &holder, &dir)?;
-            // The shim cleans libcontainer's state; leftovers of a crashed shim go here.
-            let _ = std::fs::remove_dir_all(&lc_state);
-            // The record dir last: a run dir never outlives it (see the state layout).
-            remove_dir_if_present(&run_dir)?;
-            remove_dir_if_present(&dir)
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("container removal task: {e}")))??;
+        self.teardown_container(&record.id, &record.image_id)
+            .await?;
         lock(&self.shared.pidfds).remove(&record.id);
         self.shared.index.remove_container(&record.id);
         if let Ok(config) = record.config() {
@@ -54,5 +38,27 @@ impl ProcessRuntime {
             &self.shared,
         ));
         Ok(())
+    }
+
+    /// Releases the rootfs lease (`image_id` "" when the record is gone), libcontainer's
+    /// leftovers of a crashed shim (a live shim cleans its own), the run dir, then the record
+    /// dir: a run dir never outlives its record dir (see the state layout).
+    pub(crate) async fn teardown_container(&self, id: &str, image_id: &str) -> Result<()> {
+        let layout = &self.shared.layout;
+        let (images, image_id, holder) =
+            (self.images.clone(), image_id.to_string(), id.to_string());
+        let (dir, run_dir, lc_state) = (
+            layout.container_dir(id),
+            layout.container_run_dir(id),
+            layout.libcontainer_root().join(id),
+        );
+        tokio::task::spawn_blocking(move || {
+            images.release_rootfs(&image_id, &holder, &dir)?;
+            let _ = std::fs::remove_dir_all(&lc_state);
+            remove_dir_if_present(&run_dir)?;
+            remove_dir_if_present(&dir)
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("container teardown task: {e}")))?
     }
 }
