@@ -11,6 +11,8 @@
 //! from scripts/bench-containerd.sh) against `runp serve` with its CNI bridge network (the
 //! `--network` options after `--runp-network`, comma-separated), both through the same gRPC
 //! client, interleaved pod by pod. `--image` names the peer's busybox image.
+//! `--runp-bridge-network ARG,ARG...` adds a second `runp serve` (root under `--dir`/bridge)
+//! with those options, the bridge network made in process, interleaved with the other two.
 //!
 //! `runp serve` then keeps its root and socket in `--dir`; `--endpoint SOCK --remove-all` only
 //! removes every pod of SOCK (the script's clean-up after a bench that died).
@@ -21,6 +23,7 @@
 //! Usage: runtime_start [--pods N] [--fixtures DIR] [--grpc] [--state-base DIR]
 //!        runtime_start [--pods N] [--fixtures DIR] --endpoint unix://SOCK --dir DIR
 //!                      [--image NAME] [--runp-network ARG,ARG...]
+//!                      [--runp-bridge-network ARG,ARG...]
 //!        runtime_start --endpoint unix://SOCK --remove-all
 
 #[path = "support/mod.rs"]
@@ -268,24 +271,49 @@ async fn peer(
     let network = arg("--runp-network").unwrap_or_else(|| "--network,cni".to_string());
     let network: Vec<&str> = network.split(',').collect();
     let (daemon, runp) = support::start_serve_with(reaper, dir, &network).await?;
+    let bridged = match arg("--runp-bridge-network") {
+        Some(args) => {
+            let bridge_dir = dir.join("bridge");
+            std::fs::create_dir_all(&bridge_dir)?;
+            let args: Vec<&str> = args.split(',').collect();
+            Some(support::start_serve_with(reaper, &bridge_dir, &args).await?)
+        }
+        None => None,
+    };
     let other = support::connect(endpoint).await?;
     let logs = dir.join("logs");
     let mut subjects = vec![
         Subject::new("runp serve (CNI bridge)", &runp, logs.join("runp"), BUSYBOX),
         Subject::new("containerd", &other, logs.join("peer"), &image),
     ];
+    if let Some((_, client)) = &bridged {
+        let logs = logs.join("bridge");
+        subjects.push(Subject::new(
+            "runp serve (bridge in process)",
+            client,
+            logs,
+            BUSYBOX,
+        ));
+    }
     let measured = measure(&mut subjects, pods).await;
     if measured.is_ok() {
         subjects[0].samples.figures("RUNP_CNI");
         subjects[1].samples.figures("PEER");
+        if let Some(bridge) = subjects.get(2) {
+            bridge.samples.figures("RUNP_BRIDGE");
+        }
     }
     drop(subjects);
-    // Whatever a failed run left, on both.
-    let cleaned = (remove_all(&runp).await, remove_all(&other).await);
+    // Whatever a failed run left, on each.
+    let mut cleaned = vec![remove_all(&runp).await, remove_all(&other).await];
     drop(runp);
     daemon.stop().await?;
+    if let Some((daemon, client)) = bridged {
+        cleaned.push(remove_all(&client).await);
+        drop(client);
+        daemon.stop().await?;
+    }
     measured?;
-    cleaned.0?;
-    cleaned.1?;
+    cleaned.into_iter().collect::<Result<Vec<_>, _>>()?;
     Ok(())
 }

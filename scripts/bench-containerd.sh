@@ -4,7 +4,9 @@
 # of N pods, timed by benches/runtime_start.rs --endpoint with the project's CRI gRPC client on
 # both sockets, interleaved pod by pod (runp as `runp serve`, so both pay the same socket).
 # Like for like on the network: both attach each pod to a CNI bridge (bridge + host-local +
-# portmap, runp's own conflist shape), each on its own bridge and /24. The pod and container
+# portmap, runp's own conflist shape), each on its own bridge and /24. A second `runp serve`
+# with `--network bridge` (the same bridge shape made in process, no plugin execs) is timed in
+# the same interleaving, on a third bridge and /24. The pod and container
 # configs are the same; containerd's pause container per pod is its design, not a setup choice.
 # Starts its own containerd (config, root, state and sockets under a temp dir) and stops it
 # again; leaves no daemon, shim, mount, bridge, netns or iptables chain behind.
@@ -31,6 +33,7 @@ PAUSE=localhost/bench/pause:1
 # Bridges and subnets of neither runp's nor containerd's defaults, so nothing else is touched.
 CTD_BRIDGE=ctdbench0 CTD_CIDR=10.244.250.0/24
 RUNP_BRIDGE=runpbench0 RUNP_CIDR=10.244.251.0/24
+NATIVE_BRIDGE=runpbench1 NATIVE_CIDR=10.244.252.0/24
 
 WORK="$(mktemp -d /tmp/ctd-bench.XXXXXX)"
 SOCK="$WORK/containerd.sock"
@@ -54,12 +57,14 @@ remove_all() {
 cleanup() {
   set +e
   # The bench removes its pods even when it fails; this is for a bench that died.
-  RUNP_PID="$(pgrep -f -- "--root $WORK/runp/serve " | head -n1)"
-  if [ -n "$RUNP_PID" ]; then
-    remove_all "$WORK/runp/cri.sock"
-    kill "$RUNP_PID"
-    for _ in $(seq 100); do kill -0 "$RUNP_PID" 2>/dev/null || break; sleep 0.1; done
-  fi
+  for dir in "$WORK/runp" "$WORK/runp/bridge"; do
+    RUNP_PID="$(pgrep -f -- "--root $dir/serve " | head -n1)"
+    if [ -n "$RUNP_PID" ]; then
+      remove_all "$dir/cri.sock"
+      kill "$RUNP_PID"
+      for _ in $(seq 100); do kill -0 "$RUNP_PID" 2>/dev/null || break; sleep 0.1; done
+    fi
+  done
   if [ -n "$CTD_PID" ] && kill -0 "$CTD_PID" 2>/dev/null; then
     [ -z "$("${CTR[@]}" containers ls -q 2>/dev/null)" ] || remove_all "$SOCK"
     # Tasks killed this way skip the CNI DEL: hence the netns, bridge and chain clean-up below.
@@ -85,7 +90,7 @@ cleanup() {
       umount "/var/run/netns/$ns" && rm -f "/var/run/netns/$ns"
     done
   grep -o " $WORK/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
-  for br in "$CTD_BRIDGE" "$RUNP_BRIDGE"; do
+  for br in "$CTD_BRIDGE" "$RUNP_BRIDGE" "$NATIVE_BRIDGE"; do
     ip link show "$br" >/dev/null 2>&1 && ip link delete "$br"
   done
   # The per-pod masquerade chains a DEL would have removed, now that no runtime of ours is left
@@ -98,6 +103,9 @@ cleanup() {
         iptables -t nat -F "$chain" && iptables -t nat -X "$chain"
       done
   done
+  # The bridge network's one masquerade rule (it outlives the runtime by design).
+  iptables -t nat -D POSTROUTING -s "$NATIVE_CIDR" ! -d "$NATIVE_CIDR" -m comment \
+    --comment "runp bridge network $NATIVE_BRIDGE" -j MASQUERADE 2>/dev/null
   for d in "${new_dirs[@]}"; do rmdir "$d" 2>/dev/null; done
   rm -rf "$WORK"
 }
@@ -160,18 +168,22 @@ for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
 OUT="$WORK/bench.out"
 cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" \
   --endpoint "unix://$SOCK" --image "$BUSYBOX" --dir "$WORK/runp" \
-  --runp-network "--network,cni,--pod-cidr,$RUNP_CIDR,--pod-bridge,$RUNP_BRIDGE" | tee "$OUT" || {
+  --runp-network "--network,cni,--pod-cidr,$RUNP_CIDR,--pod-bridge,$RUNP_BRIDGE" \
+  --runp-bridge-network "--network,bridge,--pod-cidr,$NATIVE_CIDR,--pod-bridge,$NATIVE_BRIDGE" |
+  tee "$OUT" || {
   grep -E 'level=(error|fatal)' "$WORK/containerd.log" | tail -20 >&2
   echo "bench-containerd: the bench failed (containerd's errors above)" >&2
   exit 1
 }
 figure() { bench_figure "$OUT" "$1"; }
-python3 - "$(figure RUNP_CNI_MEDIAN_MS)" "$(figure PEER_MEDIAN_MS)" \
-  "$(figure RUNP_CNI_STOP_MEDIAN_MS)" "$(figure PEER_STOP_MEDIAN_MS)" <<'PY'
+python3 - "$(figure PEER_MEDIAN_MS)" "$(figure PEER_STOP_MEDIAN_MS)" \
+  "$(figure RUNP_CNI_MEDIAN_MS)" "$(figure RUNP_CNI_STOP_MEDIAN_MS)" \
+  "$(figure RUNP_BRIDGE_MEDIAN_MS)" "$(figure RUNP_BRIDGE_STOP_MEDIAN_MS)" <<'PY'
 import sys
-start, peer_start, stop, peer_stop = map(float, sys.argv[1:])
-print(f"containerd / runp, median pod start: {peer_start / start:.2f}x  (runp {start:.1f} ms, containerd {peer_start:.1f} ms; goal >= 10x)")
-print(f"containerd / runp, median stop + remove: {peer_stop / stop:.2f}x  (runp {stop:.1f} ms, containerd {peer_stop:.1f} ms; goal >= 10x)")
+peer_start, peer_stop, *runp = map(float, sys.argv[1:])
+for name, (start, stop) in zip(["CNI bridge", "bridge in process"], [runp[0:2], runp[2:4]]):
+    print(f"containerd / runp ({name}), median pod start: {peer_start / start:.2f}x  (runp {start:.1f} ms, containerd {peer_start:.1f} ms; goal >= 10x)")
+    print(f"containerd / runp ({name}), median stop + remove: {peer_stop / stop:.2f}x  (runp {stop:.1f} ms, containerd {peer_stop:.1f} ms; goal >= 10x)")
 PY
 # bench_result's ratio is runp / peer: ">= 10x faster" is a ratio <= 0.1.
 GOAL="<= 0.1x (>= 10x faster)"
@@ -182,4 +194,12 @@ bench_result "pod start with CNI bridge, p90 ($PODS pods)" "$(figure RUNP_CNI_P9
 bench_result "stop + remove pod, median ($PODS pods)" "$(figure RUNP_CNI_STOP_MEDIAN_MS)" \
   containerd "$(figure PEER_STOP_MEDIAN_MS)" ms "$GOAL"
 bench_result "stop + remove pod, p90 ($PODS pods)" "$(figure RUNP_CNI_STOP_P90_MS)" \
+  containerd "$(figure PEER_STOP_P90_MS)" ms "$GOAL"
+bench_result "pod start, runp's bridge in process, median ($PODS pods)" "$(figure RUNP_BRIDGE_MEDIAN_MS)" \
+  containerd "$(figure PEER_MEDIAN_MS)" ms "$GOAL"
+bench_result "pod start, runp's bridge in process, p90 ($PODS pods)" "$(figure RUNP_BRIDGE_P90_MS)" \
+  containerd "$(figure PEER_P90_MS)" ms "$GOAL"
+bench_result "stop + remove pod, runp's bridge in process, median ($PODS pods)" "$(figure RUNP_BRIDGE_STOP_MEDIAN_MS)" \
+  containerd "$(figure PEER_STOP_MEDIAN_MS)" ms "$GOAL"
+bench_result "stop + remove pod, runp's bridge in process, p90 ($PODS pods)" "$(figure RUNP_BRIDGE_STOP_P90_MS)" \
   containerd "$(figure PEER_STOP_P90_MS)" ms "$GOAL"

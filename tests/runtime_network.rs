@@ -1,6 +1,7 @@
 //! The pod network: as real root every pod gets an IP on the test bridge through the CNI
-//! plugins (reachable from the host and from other pods, hostPorts through portmap, released by
-//! stop even after a runtime restart); elsewhere pods get loopback only and say why.
+//! plugins, or through the bridge network made in process (reachable from the host and from
+//! other pods, hostPorts through portmap, released by stop even after a runtime restart);
+//! elsewhere pods get loopback only and say why.
 
 #[path = "support/runtime.rs"]
 mod support;
@@ -15,8 +16,10 @@ use support::*;
 
 const CNI_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
 
-/// Real root with the plugins installed, or None after printing SKIP.
-async fn cni_env(test: &str) -> Option<Env> {
+/// A runtime whose pod network is `mode` (CNI, or the bridge network made in process), or
+/// None after printing SKIP. Both need real root; the plugins are checked for both, since the
+/// bridge network's hostPorts take portmap.
+async fn net_env(test: &str, mode: NetworkMode) -> Option<Env> {
     if !is_real_root() {
         skip(
             test,
@@ -28,7 +31,15 @@ async fn cni_env(test: &str) -> Option<Env> {
         skip(test, "the CNI plugins (containernetworking-plugins)");
         return None;
     }
-    Some(Env::with(|o| o.network.mode = NetworkMode::Cni).await)
+    Some(Env::with(|o| o.network.mode = mode).await)
+}
+
+/// What PodSandboxStatus and Status say of a pod's network in `mode`.
+fn summary_and_mode(mode: NetworkMode) -> (&'static str, &'static str) {
+    match mode {
+        NetworkMode::Bridge => ("bridge network runp: eth0 on bridge", "bridge"),
+        _ => ("CNI network runp: eth0 on bridge", "cni"),
+    }
 }
 
 async fn pod_with(env: &Env, config: api::PodSandboxConfig) -> (String, api::PodSandboxConfig) {
@@ -78,9 +89,15 @@ fn node_ip() -> Option<IpAddr> {
     Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
 }
 
-/// Nothing of the pod's network is left: no lease, no iptables rule naming it.
+/// Nothing of the pod's network is left: no lease, no iptables rule naming it, no veth of the
+/// bridge network's.
 fn assert_network_released(id: &str, ip: &str) {
     assert_eq!(lease_holder(ip), None, "lease of {ip} still held");
+    let veth = runp::runtime::network::bridge::host_veth_name(id);
+    assert!(
+        !Path::new("/sys/class/net").join(&veth).exists(),
+        "veth {veth} left"
+    );
     let rules = nat_rules();
     assert!(!rules.contains(id), "rules for {id} left:\n{rules}");
     assert!(
@@ -91,9 +108,23 @@ fn assert_network_released(id: &str, ip: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_distinct_reachable_ips() {
-    let Some(env) = cni_env("pods_get_distinct_reachable_ips").await else {
+    distinct_reachable_ips("pods_get_distinct_reachable_ips", NetworkMode::Cni).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_pods_get_distinct_reachable_ips() {
+    distinct_reachable_ips(
+        "bridge_pods_get_distinct_reachable_ips",
+        NetworkMode::Bridge,
+    )
+    .await
+}
+
+async fn distinct_reachable_ips(test: &str, mode: NetworkMode) {
+    let Some(env) = net_env(test, mode).await else {
         return;
     };
+    let (summary, mode_name) = summary_and_mode(mode);
     let a = env.pod("net-a").await;
     let b = env.pod("net-b").await;
     let (ip_a, ip_b) = (pod_ip(&env, &a.0).await, pod_ip(&env, &b.0).await);
@@ -105,10 +136,7 @@ async fn pods_get_distinct_reachable_ips() {
     let status = env.pod_status(&a.0, true).await;
     let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
     assert!(
-        info["network"]
-            .as_str()
-            .unwrap()
-            .contains("CNI network runp: eth0 on bridge"),
+        info["network"].as_str().unwrap().contains(summary),
         "{info}"
     );
     assert_eq!(info["cniAttached"], true);
@@ -118,8 +146,19 @@ async fn pods_get_distinct_reachable_ips() {
         .await
         .unwrap();
     let rt_info: serde_json::Value = serde_json::from_str(&rt_status.info["info"]).unwrap();
-    assert_eq!(rt_info["network"]["mode"], "cni", "{rt_info}");
+    assert_eq!(rt_info["network"]["mode"], mode_name, "{rt_info}");
     assert_eq!(rt_info["network"]["bridge"], TEST_BRIDGE);
+
+    if mode == NetworkMode::Bridge {
+        // As the bridge plugin's hairpinMode: a pod reaches itself through a service VIP.
+        let veth = runp::runtime::network::bridge::host_veth_name(&a.0);
+        let hairpin = format!("/sys/class/net/{veth}/brport/hairpin_mode");
+        assert_eq!(
+            std::fs::read_to_string(&hairpin).unwrap().trim(),
+            "1",
+            "{hairpin}"
+        );
+    }
 
     // Host -> pod, at the pod IP.
     env.run(&a, web("srv", "hello-from-a")).await;
@@ -162,7 +201,20 @@ async fn pods_get_distinct_reachable_ips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_port_reaches_the_pod_until_stop() {
-    let Some(env) = cni_env("host_port_reaches_the_pod_until_stop").await else {
+    host_port_until_stop("host_port_reaches_the_pod_until_stop", NetworkMode::Cni).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_host_port_reaches_the_pod_until_stop() {
+    host_port_until_stop(
+        "bridge_host_port_reaches_the_pod_until_stop",
+        NetworkMode::Bridge,
+    )
+    .await
+}
+
+async fn host_port_until_stop(test: &str, mode: NetworkMode) {
+    let Some(env) = net_env(test, mode).await else {
         return;
     };
     let host_port = {
@@ -232,8 +284,26 @@ async fn host_port_reaches_the_pod_until_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remove_without_stop_and_stop_after_restart_release_the_ip() {
-    let Some(env) = cni_env("remove_without_stop_and_stop_after_restart_release_the_ip").await
-    else {
+    release_after_restart(
+        "remove_without_stop_and_stop_after_restart_release_the_ip",
+        NetworkMode::Cni,
+    )
+    .await
+}
+
+/// Attached by the bridge network, stopped by a runtime restarted in CNI mode: the attachment
+/// says how to undo it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_attachments_are_released_after_a_restart_in_cni_mode() {
+    release_after_restart(
+        "bridge_attachments_are_released_after_a_restart_in_cni_mode",
+        NetworkMode::Bridge,
+    )
+    .await
+}
+
+async fn release_after_restart(test: &str, mode: NetworkMode) {
+    let Some(env) = net_env(test, mode).await else {
         return;
     };
     // RemovePodSandbox alone detaches the network.

@@ -16,8 +16,10 @@ use std::sync::Arc;
 /// The pod network options of `runp serve` and `runp agent --runtime=process`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct NetworkArgs {
-    /// Pod network: `cni` (a bridge through the CNI plugins; fail if unusable), `loopback`
-    /// (each pod gets lo only and IP 127.0.0.1), or `auto` (cni when usable: real root and
+    /// Pod network: `cni` (a bridge through the CNI plugins; fail if unusable), `bridge` (the
+    /// same bridge made in process over netlink, no plugin execs: IPv4 only, the portmap
+    /// plugin only for pods with hostPorts; fail if unusable), `loopback` (each pod gets lo
+    /// only and IP 127.0.0.1), or `auto` (cni when usable: real root and
     /// the plugins installed; else loopback, saying why).
     #[arg(long, value_enum, default_value_t = NetworkKind::Auto)]
     pub network: NetworkKind,
@@ -31,7 +33,7 @@ pub struct NetworkArgs {
     /// Name of the host bridge pods are attached to.
     #[arg(long, default_value = "runp0")]
     pub pod_bridge: String,
-    /// Where host-local keeps the IP leases (default <root>/runtime/cni/networks). Runtimes
+    /// Where host-local (and the bridge network) keeps the IP leases (default <root>/runtime/cni/networks). Runtimes
     /// on one host that share a bridge and CIDR must share this directory.
     #[arg(long)]
     pub cni_data_dir: Option<PathBuf>,
@@ -59,6 +61,7 @@ pub struct LimitArgs {
 pub enum NetworkKind {
     Auto,
     Cni,
+    Bridge,
     Loopback,
 }
 
@@ -69,6 +72,7 @@ impl NetworkArgs {
             mode: match self.network {
                 NetworkKind::Auto => NetworkMode::Auto,
                 NetworkKind::Cni => NetworkMode::Cni,
+                NetworkKind::Bridge => NetworkMode::Bridge,
                 NetworkKind::Loopback => NetworkMode::Loopback,
             },
             cni_bin_dirs: if self.cni_bin_dir.is_empty() {

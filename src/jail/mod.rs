@@ -33,7 +33,7 @@ pub use exec::run_exec_helper;
 pub use leftovers::kill_shim_leftovers;
 pub use namespaces::is_namespace_file;
 pub use namespaces::release_pod_namespaces;
-pub use netns::connect_in_netns;
+pub use netns::{connect_in_netns, in_netns};
 pub use proc::{
     exit_code_from_wait_status, now_unix_nanos, process_start_time, read_exit_record,
     read_start_record, request_log_reopen,

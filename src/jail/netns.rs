@@ -1,6 +1,7 @@
-//! Port forwarding's dial: a TCP connection to a port on the loopback of a pod's network
-//! namespace. A socket stays in the namespace it was created in, so a short-lived thread joins
-//! the namespace (setns affects only the calling thread), connects, and hands the socket back.
+//! Work inside a pod's network namespace from this multi-threaded process: port forwarding's
+//! dial (a TCP connection to the pod's loopback) and the bridge network's netlink socket. A
+//! socket stays in the namespace it was created in, so a short-lived thread joins the namespace
+//! (setns affects only the calling thread), creates it, and hands it back.
 
 use super::JailError;
 use nix::sched::{CloneFlags, setns};
@@ -19,9 +20,19 @@ pub fn connect_in_netns(
     let Some(netns) = netns else {
         return dial_loopback(port, timeout);
     };
+    in_netns(netns, move || dial_loopback(port, timeout))
+}
+
+/// Runs `work` on a short-lived thread that has joined the network namespace bound at `netns`
+/// (setns affects only the calling thread, and the thread ends right after, so nothing else
+/// ever runs in the pod's namespace). Sockets `work` creates stay in that namespace.
+pub fn in_netns<T: Send + 'static>(
+    netns: &Path,
+    work: impl FnOnce() -> Result<T, JailError> + Send + 'static,
+) -> Result<T, JailError> {
     let netns: PathBuf = netns.to_path_buf();
     std::thread::Builder::new()
-        .name("runp-netns-dial".into())
+        .name("runp-netns".into())
         .spawn(move || {
             let ns = std::fs::File::open(&netns).map_err(|err| {
                 JailError::io(
@@ -35,12 +46,11 @@ pub fn connect_in_netns(
                     err,
                 )
             })?;
-            // This thread ends right after: nothing else ever runs in the pod's namespace.
-            dial_loopback(port, timeout)
+            work()
         })
-        .map_err(|err| JailError::io("cannot start the dial thread", err))?
+        .map_err(|err| JailError::io("cannot start a thread for the network namespace", err))?
         .join()
-        .map_err(|_| JailError::Container("the dial thread panicked".into()))?
+        .map_err(|_| JailError::Container("the network namespace thread panicked".into()))?
 }
 
 fn dial_loopback(port: u16, timeout: Duration) -> Result<TcpStream, JailError> {

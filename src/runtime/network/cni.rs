@@ -51,6 +51,10 @@ pub struct NetworkAttachment {
     pub port_mappings: Vec<PortMapping>,
     /// The list's final ADD result, once ADD succeeded (DEL's prevResult).
     pub result: Option<Value>,
+    /// Set when the bridge network (in process) made the pod's link; `config` then holds only
+    /// the portmap plugin, run when `port_mappings` is not empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<super::bridge::BridgeLink>,
 }
 
 /// Finds and runs plugin binaries.
@@ -144,6 +148,12 @@ impl PluginExec {
     /// Whether the iptables in the plugins' PATH works (a binary can be present while the
     /// kernel lacks its tables, and then every ADD would fail); Err says why not.
     pub async fn probe_iptables(&self) -> Result<(), String> {
+        self.iptables(&["-w", "5", "-t", "nat", "-S", "POSTROUTING"])
+            .await
+    }
+
+    /// Runs the iptables in the plugins' PATH; Err says why it failed.
+    pub async fn iptables(&self, args: &[&str]) -> Result<(), String> {
         let path = self
             .path_env
             .split(':')
@@ -151,11 +161,11 @@ impl PluginExec {
             .find(|p| p.is_file())
             .ok_or("iptables not found in PATH")?;
         let env = [("PATH".to_string(), self.path_env.clone())];
-        let args = ["-w", "5", "-t", "nat", "-S", "POSTROUTING"];
-        match self.run("iptables", "probe", &path, &args, &env, &[]).await {
+        match self.run("iptables", "run", &path, args, &env, &[]).await {
             Ok((ExitStatus::Exited(0), _, _)) => Ok(()),
             Ok((status, _, stderr)) => Err(format!(
-                "`iptables -t nat -S POSTROUTING` failed ({}): {}",
+                "`iptables {}` failed ({}): {}",
+                args.join(" "),
                 exit_text(status),
                 String::from_utf8_lossy(&stderr).trim()
             )),
@@ -224,7 +234,8 @@ impl PluginExec {
     pub async fn add(&self, a: &NetworkAttachment) -> Result<Value, NetworkError> {
         let runtime_config = config::runtime_config(&a.port_mappings);
         let netns = a.netns.display().to_string();
-        let mut prev: Option<Value> = None;
+        // A result already there is the bridge network's, which the portmap plugin extends.
+        let mut prev: Option<Value> = a.result.clone();
         for (ty, plugin) in config::plugins(&a.config)? {
             let conf = config::plugin_config(&a.config, plugin, &runtime_config, prev.as_ref());
             let out = self

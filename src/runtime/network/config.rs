@@ -94,13 +94,26 @@ pub fn render_conflist(version: &str, bridge: &str, pod_cidrs: &[IpNet], data_di
                     "dataDir": data_dir.display().to_string(),
                 },
             },
-            {
-                "type": "portmap",
-                "capabilities": { "portMappings": true },
-                // DNAT for 127.0.0.1:hostPort too (route_localnet on the bridge + masquerade).
-                "snat": true,
-            },
+            portmap_plugin(),
         ],
+    })
+}
+
+/// The portmap plugin alone: hostPorts of the bridge network's pods (`--network=bridge`).
+pub fn render_portmap_conflist(version: &str) -> Value {
+    json!({
+        "cniVersion": version,
+        "name": NETWORK_NAME,
+        "plugins": [portmap_plugin()],
+    })
+}
+
+fn portmap_plugin() -> Value {
+    json!({
+        "type": "portmap",
+        "capabilities": { "portMappings": true },
+        // DNAT for 127.0.0.1:hostPort too (route_localnet on the bridge + masquerade).
+        "snat": true,
     })
 }
 

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
-    /// `--network=cni` was asked for and cannot work here.
-    #[error("--network=cni: the CNI pod network is unusable: {0}")]
-    Unusable(String),
+    /// `--network=cni` or `--network=bridge` was asked for and cannot work here.
+    #[error("--network={mode}: the {} pod network is unusable: {reason}", if *.mode == "cni" { "CNI" } else { "bridge" })]
+    Unusable { mode: &'static str, reason: String },
     /// ipMasq and portmap need a working iptables.
     #[error("iptables does not work here: {0}")]
     Iptables(String),
@@ -61,6 +61,9 @@ pub enum NetworkError {
         #[source]
         source: std::io::Error,
     },
+    /// The bridge network's netlink requests (`--network=bridge`).
+    #[error("bridge network: {0}")]
+    Netlink(String),
     #[error("the child reaper stopped while waiting for CNI plugin {0}")]
     ReaperGone(String),
 }

@@ -1,11 +1,14 @@
 //! The pod network: each non-hostNetwork pod's network namespace is attached to a bridge with
-//! CNI plugins (bridge + host-local IPAM + portmap), as containerd does. Where that cannot work
-//! (no plugins, not real root) pods get loopback only and IP 127.0.0.1, said once at start-up
-//! and in the Status / PodSandboxStatus info.
+//! CNI plugins (bridge + host-local IPAM + portmap), as containerd does, or (`bridge` mode) to
+//! the same bridge made in process over netlink. Where that cannot work (no plugins, not real
+//! root) pods get loopback only and IP 127.0.0.1, said once at start-up and in the Status /
+//! PodSandboxStatus info.
 
+pub mod bridge;
 pub mod cni;
 pub mod config;
 mod error;
+mod ipam;
 pub mod result;
 
 pub use cni::{NetworkAttachment, PluginExec};
@@ -31,6 +34,8 @@ pub enum NetworkMode {
     Auto,
     /// CNI or fail to start.
     Cni,
+    /// The bridge made in process (no plugin execs per pod) or fail to start.
+    Bridge,
     /// Loopback only.
     Loopback,
 }
@@ -76,6 +81,7 @@ pub struct HostProbe {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     Cni,
+    Bridge,
     Loopback { reason: String },
 }
 
@@ -94,6 +100,9 @@ pub fn decide(
         Some("not real root in the initial user namespace (rootless): a bridge in the host network namespace cannot be created".to_string())
     } else if !probe.net_admin {
         Some("CAP_NET_ADMIN is not in the effective capability set".to_string())
+    } else if mode == NetworkMode::Bridge {
+        // Plugins and iptables are optional there: hostPorts and masquerade say so.
+        None
     } else if !probe.missing_plugins.is_empty() {
         Some(format!(
             "CNI plugins {} not found in {bin_dirs} (install containernetworking-plugins or pass --cni-bin-dir)",
@@ -108,9 +117,22 @@ pub fn decide(
         None
     };
     match (obstacle, mode) {
+        (None, NetworkMode::Bridge) => Ok(Decision::Bridge),
         (None, _) => Ok(Decision::Cni),
-        (Some(reason), NetworkMode::Cni) => Err(NetworkError::Unusable(reason)),
+        (Some(reason), NetworkMode::Cni | NetworkMode::Bridge) => Err(NetworkError::Unusable {
+            mode: mode_flag(mode),
+            reason,
+        }),
         (Some(reason), _) => Ok(Decision::Loopback { reason }),
+    }
+}
+
+fn mode_flag(mode: NetworkMode) -> &'static str {
+    match mode {
+        NetworkMode::Auto => "auto",
+        NetworkMode::Cni => "cni",
+        NetworkMode::Bridge => "bridge",
+        NetworkMode::Loopback => "loopback",
     }
 }
 
@@ -125,6 +147,14 @@ enum Active {
     /// The conflist every new pod is attached with.
     Cni {
         conflist: Value,
+    },
+    /// The bridge made in process.
+    Bridge {
+        net: bridge::BridgeNet,
+        /// The portmap-only conflist for pods with hostPorts, or why there is none.
+        portmap: Result<Value, String>,
+        /// Why pods are not masqueraded (cannot reach beyond the host), if they are not.
+        no_masquerade: Option<String>,
     },
     Loopback {
         reason: String,
@@ -200,15 +230,121 @@ impl Network {
                     Active::Cni { conflist }
                 }
                 Err(e) if options.mode == NetworkMode::Cni => {
-                    return Err(NetworkError::Unusable(e.to_string()));
+                    return Err(NetworkError::Unusable {
+                        mode: "cni",
+                        reason: e.to_string(),
+                    });
                 }
                 Err(e) => loopback(e.to_string()),
             },
+            Decision::Bridge => Self::bridge_network(&exec, &options, runtime_root)
+                .await
+                .map_err(|e| NetworkError::Unusable {
+                    mode: "bridge",
+                    reason: e.to_string(),
+                })?,
         };
         Ok(Network {
             exec,
             active,
             options,
+        })
+    }
+
+    /// The bridge, its masquerade rule and the portmap plugin's conflist, each said once.
+    async fn bridge_network(
+        exec: &PluginExec,
+        options: &NetworkOptions,
+        runtime_root: &Path,
+    ) -> Result<Active, NetworkError> {
+        let subnet = match options.pod_cidrs.as_slice() {
+            [IpNet::V4(subnet)] => *subnet,
+            _ => {
+                return Err(NetworkError::InvalidConfig(format!(
+                    "the bridge network is IPv4 only and takes one pod CIDR, not {} (use --network=cni for IPv6)",
+                    cidrs_text(&options.pod_cidrs)
+                )));
+            }
+        };
+        let data_dir = lease_dir(options, runtime_root);
+        let net =
+            bridge::BridgeNet::start(&options.bridge, subnet, &data_dir, config::NETWORK_NAME)
+                .await?;
+        let cidr = subnet.to_string();
+        let comment = format!("runp bridge network {}", options.bridge);
+        let rule = [
+            "-s",
+            &cidr,
+            "!",
+            "-d",
+            &cidr,
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-j",
+            "MASQUERADE",
+        ];
+        let with = |op: &'static str| {
+            let mut args = vec!["-w", "5", "-t", "nat", op, "POSTROUTING"];
+            args.extend(rule);
+            args
+        };
+        // Check-then-append under a lock beside the leases, which every runtime sharing this
+        // bridge shares: two starting at once would each append the rule.
+        let lock_path = data_dir.join(format!(".{}.masquerade.lock", options.bridge));
+        let path = lock_path.clone();
+        let lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            let file = std::fs::File::create(&path)?;
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+            Ok(file)
+        })
+        .await
+        .map_err(|e| NetworkError::InvalidConfig(format!("masquerade lock task: {e}")))?
+        .map_err(NetworkError::io("locking", &lock_path))?;
+        let no_masquerade = if exec.iptables(&with("-C")).await.is_ok() {
+            None
+        } else {
+            exec.iptables(&with("-A")).await.err()
+        };
+        drop(lock);
+        if let Some(reason) = &no_masquerade {
+            tracing::warn!(%reason, "bridge network: pods are not masqueraded, so they reach this host and each other but nothing beyond");
+        }
+        let portmap = match exec.find("portmap") {
+            None => Err(format!(
+                "the portmap CNI plugin is not in {}",
+                exec.bin_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            )),
+            Some(_) => {
+                let supported = exec.versions("portmap").await?;
+                config::choose_version(&supported)
+                    .map(config::render_portmap_conflist)
+                    .ok_or_else(|| {
+                        format!(
+                            "the portmap plugin supports CNI {} only",
+                            supported.join(", ")
+                        )
+                    })
+            }
+        };
+        if let Err(reason) = &portmap {
+            tracing::warn!(%reason, "bridge network: pods with hostPorts will fail to start");
+        }
+        tracing::info!(
+            bridge = %options.bridge,
+            pod_cidr = %subnet,
+            lease_dir = %data_dir.display(),
+            "pod network: bridge made in process (netlink; no plugin execs per pod)"
+        );
+        Ok(Active::Bridge {
+            net,
+            portmap,
+            no_masquerade,
         })
     }
 
@@ -227,10 +363,7 @@ impl Network {
                 supported.join(", ")
             ))
         })?;
-        let data_dir = options
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| runtime_root.join("cni").join("networks"));
+        let data_dir = lease_dir(options, runtime_root);
         std::fs::create_dir_all(&data_dir).map_err(NetworkError::io("creating", &data_dir))?;
         Ok(config::render_conflist(
             version,
@@ -243,7 +376,7 @@ impl Network {
     /// Why pods get loopback only; None when they get the CNI network.
     pub fn loopback_reason(&self) -> Option<&str> {
         match &self.active {
-            Active::Cni { .. } => None,
+            Active::Cni { .. } | Active::Bridge { .. } => None,
             Active::Loopback { reason } => Some(reason),
         }
     }
@@ -258,8 +391,20 @@ impl Network {
         port_mappings: &[api::PortMapping],
     ) -> Result<Option<NetworkAttachment>, NetworkError> {
         let mappings = config::port_mappings(port_mappings)?;
-        let conflist = match &self.active {
-            Active::Cni { conflist } => conflist,
+        let (conflist, bridge) = match &self.active {
+            Active::Cni { conflist } => (conflist.clone(), None),
+            Active::Bridge { net, portmap, .. } => {
+                let conflist = match portmap {
+                    _ if mappings.is_empty() => Value::Null,
+                    Ok(conflist) => conflist.clone(),
+                    Err(reason) => {
+                        return Err(NetworkError::InvalidPortMapping(format!(
+                            "hostPorts need the portmap plugin: {reason}"
+                        )));
+                    }
+                };
+                (conflist, Some(net.link_of(sandbox_id)))
+            }
             Active::Loopback { reason } => {
                 if !mappings.is_empty() {
                     tracing::warn!(sandbox = %sandbox_id, %reason, ?mappings,
@@ -273,9 +418,10 @@ impl Network {
             netns: netns.to_path_buf(),
             ifname: config::POD_IFNAME.to_string(),
             args: config::cni_args(meta, sandbox_id),
-            config: conflist.clone(),
+            config: conflist,
             port_mappings: mappings,
             result: None,
+            bridge,
         }))
     }
 
@@ -284,14 +430,56 @@ impl Network {
         &self,
         attachment: &NetworkAttachment,
     ) -> Result<(Value, result::PodIps), NetworkError> {
-        let out = self.exec.add(attachment).await?;
+        let out = match (&attachment.bridge, &self.active) {
+            (None, _) => self.exec.add(attachment).await?,
+            (Some(link), Active::Bridge { net, .. }) => {
+                let made = net
+                    .attach(&attachment.container_id, link, &attachment.netns)
+                    .await?;
+                if attachment.port_mappings.is_empty() {
+                    made
+                } else {
+                    let with_link = NetworkAttachment {
+                        result: Some(made),
+                        ..attachment.clone()
+                    };
+                    self.exec.add(&with_link).await?
+                }
+            }
+            (Some(_), _) => {
+                return Err(NetworkError::InvalidConfig(
+                    "a bridge attachment while the bridge network is not running".into(),
+                ));
+            }
+        };
         let ips = result::pod_ips(&out, &attachment.ifname)?;
         Ok((out, ips))
     }
 
     /// Runs DEL (whatever the current mode: the attachment says what ADD did).
     pub async fn del(&self, attachment: &NetworkAttachment) -> Result<(), NetworkError> {
-        self.exec.del(attachment).await
+        let Some(link) = &attachment.bridge else {
+            return self.exec.del(attachment).await;
+        };
+        // hostPorts first, while the pod's address still names its rules.
+        let portmap = if attachment.port_mappings.is_empty() {
+            Ok(())
+        } else {
+            self.exec.del(attachment).await
+        };
+        let unlinked = match &self.active {
+            Active::Bridge { net, .. } => {
+                let id = &attachment.container_id;
+                bridge::detach(net.handle(), id, link, attachment.result.as_ref()).await
+            }
+            // Attached by the bridge network before a restart in another mode.
+            _ => {
+                let handle = bridge::connect()?;
+                let id = &attachment.container_id;
+                bridge::detach(&handle, id, link, attachment.result.as_ref()).await
+            }
+        };
+        portmap.and(unlinked)
     }
 
     /// What PodSandboxStatus says about a new pod's network.
@@ -299,6 +487,12 @@ impl Network {
         match &self.active {
             Active::Cni { .. } => format!(
                 "CNI network {}: {} on bridge {}",
+                config::NETWORK_NAME,
+                config::POD_IFNAME,
+                self.options.bridge
+            ),
+            Active::Bridge { .. } => format!(
+                "bridge network {}: {} on bridge {} (made in process)",
                 config::NETWORK_NAME,
                 config::POD_IFNAME,
                 self.options.bridge
@@ -320,6 +514,19 @@ impl Network {
                 "cniVersion": conflist["cniVersion"],
                 "dataDir": conflist["plugins"][0]["ipam"]["dataDir"],
             }),
+            Active::Bridge {
+                net,
+                portmap,
+                no_masquerade,
+            } => json!({
+                "mode": "bridge",
+                "bridge": self.options.bridge,
+                "podCIDRs": [net.subnet().to_string()],
+                "masquerade": no_masquerade.is_none(),
+                "noMasqueradeReason": no_masquerade,
+                "hostPorts": portmap.is_ok(),
+                "noHostPortsReason": portmap.as_ref().err(),
+            }),
             Active::Loopback { reason } => json!({
                 "mode": "loopback",
                 "reason": reason,
@@ -327,6 +534,14 @@ impl Network {
             }),
         }
     }
+}
+
+/// Where IP leases live: host-local's dataDir, shared by the bridge network.
+fn lease_dir(options: &NetworkOptions, runtime_root: &Path) -> PathBuf {
+    options
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| runtime_root.join("cni").join("networks"))
 }
 
 fn cidrs_text(cidrs: &[IpNet]) -> String {
@@ -385,6 +600,23 @@ mod tests {
             (Auto, &no_iptables, Ok(Some("iptables not found in PATH"))),
             (Cni, &no_iptables, Err("iptables")),
         ];
+        // The bridge network needs neither plugins nor iptables, only real root.
+        for probe in [&ok, &no_plugins, &no_iptables] {
+            assert_eq!(
+                decide(Bridge, probe, "/opt/cni/bin").unwrap(),
+                Decision::Bridge
+            );
+        }
+        for (probe, part) in [(&rootless, "rootless"), (&no_caps, "CAP_NET_ADMIN")] {
+            let text = decide(Bridge, probe, "/opt/cni/bin")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                text.starts_with("--network=bridge: the bridge pod network is unusable"),
+                "{text}"
+            );
+            assert!(text.contains(part), "{text}");
+        }
         for (mode, probe, want) in cases {
             let got = decide(mode, probe, "/opt/cni/bin");
             match (want, got) {

@@ -1,0 +1,330 @@
+//! The bridge network in process (`--network=bridge`): what the CNI bridge and host-local
+//! plugins do for runp's conflist, over rtnetlink instead of plugin execs. The bridge holds the
+//! pod gateway's address; each pod gets a veth whose peer is created inside its network
+//! namespace as `eth0`, the host end on the bridge with hairpin on, an IP leased in
+//! host-local's format (see [`super::ipam`]) and a default route via the gateway. Masquerade
+//! is one iptables rule per network, set at start, not a chain per pod.
+
+use super::NetworkError;
+use super::config::POD_IFNAME;
+use super::ipam::{self, Ipam};
+use futures::TryStreamExt;
+use ipnet::Ipv4Net;
+use rtnetlink::packet_route::address::AddressAttribute;
+use rtnetlink::packet_route::link::{InfoData, InfoVeth};
+use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// What DEL needs of a pod attached by the bridge network, persisted in its attachment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BridgeLink {
+    /// The host end of the pod's veth (deleting it deletes the pair).
+    pub host_veth: String,
+    /// The lease directory of the pod's IP.
+    pub lease_dir: PathBuf,
+    pub subnet: Ipv4Net,
+}
+
+/// The host end's name: `runp` and the sandbox id's first 11 characters (IFNAMSIZ allows 15),
+/// so DEL finds it even when ADD was cut short before its result was recorded.
+pub fn host_veth_name(sandbox_id: &str) -> String {
+    let tail: String = sandbox_id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(11)
+        .collect();
+    format!("runp{tail}")
+}
+
+/// A netlink route connection in this process's network namespace; its task ends when the
+/// last handle is dropped.
+pub fn connect() -> Result<Handle, NetworkError> {
+    let (connection, handle, _) = rtnetlink::new_connection()
+        .map_err(|e| NetworkError::Netlink(format!("cannot open a netlink socket: {e}")))?;
+    tokio::spawn(connection);
+    Ok(handle)
+}
+
+/// The bridge network of a runtime.
+pub struct BridgeNet {
+    handle: Handle,
+    bridge: String,
+    bridge_index: u32,
+    subnet: Ipv4Net,
+    gateway: Ipv4Addr,
+    lease_dir: PathBuf,
+}
+
+impl BridgeNet {
+    /// Creates the bridge if missing, brings it up with the gateway's address, and turns IP
+    /// forwarding on (as the bridge plugin's isGateway does).
+    pub async fn start(
+        bridge: &str,
+        subnet: Ipv4Net,
+        data_dir: &Path,
+        network: &str,
+    ) -> Result<BridgeNet, NetworkError> {
+        let lease_dir = Ipam::open(data_dir, network, subnet)?.dir().to_path_buf();
+        let handle = connect()?;
+        let bridge_index = match link_index(&handle, bridge).await? {
+            Some(index) => index,
+            None => {
+                let made = handle
+                    .link()
+                    .add(LinkBridge::new(bridge).up().build())
+                    .execute()
+                    .await;
+                tolerate(made, libc::EEXIST, || format!("creating bridge {bridge}"))?;
+                link_index(&handle, bridge).await?.ok_or_else(|| {
+                    NetworkError::Netlink(format!("bridge {bridge} vanished after creation"))
+                })?
+            }
+        };
+        handle
+            .link()
+            .set(LinkUnspec::new_with_index(bridge_index).up().build())
+            .execute()
+            .await
+            .map_err(netlink(format!("bringing bridge {bridge} up")))?;
+        let gateway = ipam::gateway(subnet);
+        let mut addresses = handle
+            .address()
+            .get()
+            .set_link_index_filter(bridge_index)
+            .execute();
+        let mut has_gateway = false;
+        while let Some(message) = addresses
+            .try_next()
+            .await
+            .map_err(netlink(format!("listing the addresses of {bridge}")))?
+        {
+            has_gateway |= message.header.prefix_len == subnet.prefix_len()
+                && message.attributes.iter().any(
+                    |a| matches!(a, AddressAttribute::Address(IpAddr::V4(ip)) if *ip == gateway),
+                );
+        }
+        if !has_gateway {
+            let added = handle
+                .address()
+                .add(bridge_index, gateway.into(), subnet.prefix_len())
+                .execute()
+                .await;
+            tolerate(added, libc::EEXIST, || {
+                format!("adding {gateway}/{} to {bridge}", subnet.prefix_len())
+            })?;
+        }
+        let forward = "/proc/sys/net/ipv4/ip_forward";
+        std::fs::write(forward, "1")
+            .map_err(NetworkError::io("enabling IP forwarding in", forward))?;
+        Ok(BridgeNet {
+            handle,
+            bridge: bridge.to_string(),
+            bridge_index,
+            subnet,
+            gateway,
+            lease_dir,
+        })
+    }
+
+    pub fn subnet(&self) -> Ipv4Net {
+        self.subnet
+    }
+
+    /// The link a pod gets, recorded before ADD makes anything so that DEL can undo a
+    /// cut-short one.
+    pub fn link_of(&self, sandbox_id: &str) -> BridgeLink {
+        BridgeLink {
+            host_veth: host_veth_name(sandbox_id),
+            lease_dir: self.lease_dir.clone(),
+            subnet: self.subnet,
+        }
+    }
+
+    /// ADD: leases an IP, makes the veth pair (`eth0` created inside the pod's namespace, the
+    /// host end up on the bridge), sets hairpin, then brings `eth0` up with the pod's address
+    /// and default route from a netlink socket inside its namespace. The result is shaped as the bridge
+    /// plugin's CNI result. On error the caller runs [`detach`].
+    pub async fn attach(
+        &self,
+        sandbox_id: &str,
+        link: &BridgeLink,
+        netns: &Path,
+    ) -> Result<Value, NetworkError> {
+        let ipam = Ipam::at(link.lease_dir.clone(), link.subnet);
+        let id = sandbox_id.to_string();
+        let ip = tokio::task::spawn_blocking(move || ipam.allocate(&id, POD_IFNAME))
+            .await
+            .map_err(|e| NetworkError::Netlink(format!("IP lease task: {e}")))??;
+        let ns = std::fs::File::open(netns).map_err(NetworkError::io("opening", netns))?;
+        // Not up at creation: the kernel brings a veth peer up before it links the pair, and
+        // a veth without its peer refuses to open (ENOTCONN).
+        let peer = LinkUnspec::new_with_name(POD_IFNAME)
+            .setns_by_fd(ns.as_raw_fd())
+            .build();
+        let veth = LinkVeth::new(&link.host_veth, POD_IFNAME)
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .controller(self.bridge_index)
+            .up()
+            .build();
+        self.handle
+            .link()
+            .add(veth)
+            .execute()
+            .await
+            .map_err(netlink(format!("creating veth {}", link.host_veth)))?;
+        drop(ns);
+        let host_index = link_index(&self.handle, &link.host_veth)
+            .await?
+            .ok_or_else(|| NetworkError::Netlink(format!("veth {} vanished", link.host_veth)))?;
+        self.handle
+            .link()
+            .set_port(LinkBridgePort::new(host_index).hairpin(true).build())
+            .execute()
+            .await
+            .map_err(netlink(format!("setting hairpin on {}", link.host_veth)))?;
+        self.configure_pod(netns, ip).await?;
+        let address = format!("{ip}/{}", self.subnet.prefix_len());
+        Ok(json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                { "name": self.bridge },
+                { "name": link.host_veth },
+                { "name": POD_IFNAME, "sandbox": netns.display().to_string() },
+            ],
+            "ips": [{ "address": address, "gateway": self.gateway.to_string(), "interface": 2 }],
+            "routes": [{ "dst": "0.0.0.0/0", "gw": self.gateway.to_string() }],
+            "dns": {},
+        }))
+    }
+
+    /// The pod's address on `eth0` and its default route, from inside its namespace.
+    async fn configure_pod(&self, netns: &Path, ip: Ipv4Addr) -> Result<(), NetworkError> {
+        let runtime = tokio::runtime::Handle::current();
+        let path = netns.to_path_buf();
+        let connection = tokio::task::spawn_blocking(move || {
+            crate::jail::in_netns(&path, move || {
+                // The socket registers with this runtime's reactor while still on the thread
+                // that joined the pod's namespace.
+                let _entered = runtime.enter();
+                rtnetlink::new_connection().map_err(|e| {
+                    crate::jail::JailError::io("cannot open a netlink socket in the pod", e)
+                })
+            })
+        })
+        .await
+        .map_err(|e| NetworkError::Netlink(format!("pod netlink task: {e}")))?
+        .map_err(|e| NetworkError::Netlink(e.to_string()))?;
+        let (connection, pod, _) = connection;
+        tokio::spawn(connection);
+        let index = link_index(&pod, POD_IFNAME)
+            .await?
+            .ok_or_else(|| NetworkError::Netlink(format!("no {POD_IFNAME} in the pod")))?;
+        pod.link()
+            .set(LinkUnspec::new_with_index(index).up().build())
+            .execute()
+            .await
+            .map_err(netlink(format!("bringing the pod's {POD_IFNAME} up")))?;
+        pod.address()
+            .add(index, ip.into(), self.subnet.prefix_len())
+            .execute()
+            .await
+            .map_err(netlink(format!("adding {ip} to the pod's {POD_IFNAME}")))?;
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .gateway(self.gateway)
+            .output_interface(index)
+            .build();
+        pod.route()
+            .add(route)
+            .execute()
+            .await
+            .map_err(netlink(format!(
+                "adding the pod's default route via {}",
+                self.gateway
+            )))
+    }
+
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+/// DEL: deletes the veth pair (gone already when the namespace was) and releases the pod's
+/// IP: the one `result` names, else any lease of `sandbox_id`. Idempotent.
+pub async fn detach(
+    handle: &Handle,
+    sandbox_id: &str,
+    link: &BridgeLink,
+    result: Option<&Value>,
+) -> Result<(), NetworkError> {
+    let deleted = handle
+        .link()
+        .del_with_message(LinkUnspec::new_with_name(&link.host_veth).build())
+        .execute()
+        .await;
+    tolerate(deleted, libc::ENODEV, || {
+        format!("deleting veth {}", link.host_veth)
+    })?;
+    let ip = result
+        .and_then(|r| r["ips"][0]["address"].as_str())
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse::<Ipv4Addr>().ok());
+    let ipam = Ipam::at(link.lease_dir.clone(), link.subnet);
+    let id = sandbox_id.to_string();
+    tokio::task::spawn_blocking(move || ipam.release(&id, ip))
+        .await
+        .map_err(|e| NetworkError::Netlink(format!("IP release task: {e}")))?
+}
+
+/// The index of link `name`; None when there is none.
+async fn link_index(handle: &Handle, name: &str) -> Result<Option<u32>, NetworkError> {
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(found) => Ok(found.map(|m| m.header.index)),
+        Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
+        Err(e) => Err(NetworkError::Netlink(format!(
+            "looking up link {name}: {e}"
+        ))),
+    }
+}
+
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => m.code.map(|c| -c.get()),
+        _ => None,
+    }
+}
+
+/// Ok when `done` succeeded or failed with `ok_errno` (already there, already gone).
+fn tolerate(
+    done: Result<(), rtnetlink::Error>,
+    ok_errno: i32,
+    what: impl FnOnce() -> String,
+) -> Result<(), NetworkError> {
+    match done {
+        Err(e) if errno(&e) != Some(ok_errno) => {
+            Err(NetworkError::Netlink(format!("{}: {e}", what())))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn netlink(what: String) -> impl FnOnce(rtnetlink::Error) -> NetworkError {
+    move |e| NetworkError::Netlink(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_veth_names_fit_ifnamsiz_and_follow_the_sandbox_id() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        assert_eq!(host_veth_name(id), "runp0123456789a");
+        assert!(host_veth_name(id).len() <= 15);
+        assert_eq!(host_veth_name("ab/../c"), "runpabc");
+    }
+}
