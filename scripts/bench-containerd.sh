@@ -36,6 +36,11 @@ RUNP_BRIDGE=runpbench0 RUNP_CIDR=10.244.251.0/24
 NATIVE_BRIDGE=runpbench1 NATIVE_CIDR=10.244.252.0/24
 
 WORK="$(mktemp -d /tmp/ctd-bench.XXXXXX)"
+# Volatile state (containerd's state and runc's root, runp's --state-dir) where a usual host has
+# it, on tmpfs; this VM's /run is on its disk, so /dev/shm stands in for it then.
+STATE_BASE=/run
+[ "$(findmnt -n -o FSTYPE -T /run 2>/dev/null)" = tmpfs ] || STATE_BASE=/dev/shm
+STATE="$(mktemp -d "$STATE_BASE/ctd-bench-state.XXXXXX")"
 SOCK="$WORK/containerd.sock"
 CTR=(ctr --address "$SOCK" --namespace k8s.io)
 CTD_PID=""
@@ -89,7 +94,7 @@ cleanup() {
       echo "bench-containerd: removing leftover netns $ns" >&2
       umount "/var/run/netns/$ns" && rm -f "/var/run/netns/$ns"
     done
-  grep -o " $WORK/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
+  grep -o " \($WORK\|$STATE\)/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
   for br in "$CTD_BRIDGE" "$RUNP_BRIDGE" "$NATIVE_BRIDGE"; do
     ip link show "$br" >/dev/null 2>&1 && ip link delete "$br"
   done
@@ -107,7 +112,7 @@ cleanup() {
   iptables -t nat -D POSTROUTING -s "$NATIVE_CIDR" ! -d "$NATIVE_CIDR" -m comment \
     --comment "runp bridge network $NATIVE_BRIDGE" -j MASQUERADE 2>/dev/null
   for d in "${new_dirs[@]}"; do rmdir "$d" 2>/dev/null; done
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$STATE"
 }
 trap cleanup EXIT
 
@@ -132,7 +137,7 @@ EOF
 cat >"$WORK/config.toml" <<EOF
 version = 2
 root = "$WORK/root"
-state = "$WORK/state"
+state = "$STATE/containerd"
 [grpc]
   address = "$SOCK"
 [ttrpc]
@@ -149,13 +154,13 @@ state = "$WORK/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$WORK/runc"
+        Root = "$STATE/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$WORK/cni"
 EOF
 
-echo "== containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}') ($PODS pods)" >&2
+echo "== containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}') ($PODS pods; volatile state under $STATE_BASE)" >&2
 containerd --config "$WORK/config.toml" >"$WORK/containerd.log" 2>&1 &
 CTD_PID=$!
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
@@ -168,8 +173,8 @@ for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
 OUT="$WORK/bench.out"
 cargo bench --bench runtime_start -- --pods "$PODS" --fixtures "$FIXTURES" \
   --endpoint "unix://$SOCK" --image "$BUSYBOX" --dir "$WORK/runp" \
-  --runp-network "--network,cni,--pod-cidr,$RUNP_CIDR,--pod-bridge,$RUNP_BRIDGE" \
-  --runp-bridge-network "--network,bridge,--pod-cidr,$NATIVE_CIDR,--pod-bridge,$NATIVE_BRIDGE" |
+  --runp-network "--network,cni,--pod-cidr,$RUNP_CIDR,--pod-bridge,$RUNP_BRIDGE,--state-dir,$STATE/runp" \
+  --runp-bridge-network "--network,bridge,--pod-cidr,$NATIVE_CIDR,--pod-bridge,$NATIVE_BRIDGE,--state-dir,$STATE/runp-bridge" |
   tee "$OUT" || {
   grep -E 'level=(error|fatal)' "$WORK/containerd.log" | tail -20 >&2
   echo "bench-containerd: the bench failed (containerd's errors above)" >&2

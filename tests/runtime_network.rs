@@ -93,11 +93,14 @@ fn node_ip() -> Option<IpAddr> {
 /// bridge network's.
 fn assert_network_released(id: &str, ip: &str) {
     assert_eq!(lease_holder(ip), None, "lease of {ip} still held");
-    let veth = runp::runtime::network::bridge::host_veth_name(id);
-    assert!(
-        !Path::new("/sys/class/net").join(&veth).exists(),
-        "veth {veth} left"
-    );
+    // The bridge network's veth goes with the pod's namespace, which the kernel tears down
+    // asynchronously once stop released it.
+    let veth = Path::new("/sys/class/net").join(runp::runtime::network::bridge::host_veth_name(id));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while veth.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!veth.exists(), "{} left", veth.display());
     let rules = nat_rules();
     assert!(!rules.contains(id), "rules for {id} left:\n{rules}");
     assert!(

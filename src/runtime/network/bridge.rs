@@ -246,28 +246,20 @@ impl BridgeNet {
                 self.gateway
             )))
     }
-
-    pub fn handle(&self) -> &Handle {
-        &self.handle
-    }
 }
 
-/// DEL: deletes the veth pair (gone already when the namespace was) and releases the pod's
-/// IP: the one `result` names, else any lease of `sandbox_id`. Idempotent.
+/// DEL: releases the pod's IP, the one `result` names, else any lease of `sandbox_id`.
+/// Idempotent. The veth pair is left to go with the pod's network namespace, which dies when
+/// the infra is killed and its namespace file released, as stop does next: deleting the pair
+/// here cost StopPodSandbox about 30 ms (the kernel's netdev unregistration waits for RCU grace
+/// periods; bench-containerd.sh), where the namespace's teardown does it off the caller's path,
+/// batched. IPs are searched onward from the last lease, so a released one is not handed out
+/// again until the whole range has been.
 pub async fn detach(
-    handle: &Handle,
     sandbox_id: &str,
     link: &BridgeLink,
     result: Option<&Value>,
 ) -> Result<(), NetworkError> {
-    let deleted = handle
-        .link()
-        .del_with_message(LinkUnspec::new_with_name(&link.host_veth).build())
-        .execute()
-        .await;
-    tolerate(deleted, libc::ENODEV, || {
-        format!("deleting veth {}", link.host_veth)
-    })?;
     let ip = result
         .and_then(|r| r["ips"][0]["address"].as_str())
         .and_then(|a| a.split('/').next())

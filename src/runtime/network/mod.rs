@@ -467,19 +467,9 @@ impl Network {
         } else {
             self.exec.del(attachment).await
         };
-        let unlinked = match &self.active {
-            Active::Bridge { net, .. } => {
-                let id = &attachment.container_id;
-                bridge::detach(net.handle(), id, link, attachment.result.as_ref()).await
-            }
-            // Attached by the bridge network before a restart in another mode.
-            _ => {
-                let handle = bridge::connect()?;
-                let id = &attachment.container_id;
-                bridge::detach(&handle, id, link, attachment.result.as_ref()).await
-            }
-        };
-        portmap.and(unlinked)
+        let released =
+            bridge::detach(&attachment.container_id, link, attachment.result.as_ref()).await;
+        portmap.and(released)
     }
 
     /// What PodSandboxStatus says about a new pod's network.
