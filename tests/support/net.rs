@@ -2,7 +2,7 @@
 //! what a failed test left attached, and host commands run through the test reaper.
 
 use super::{is_real_root, reaper};
-use runp::runtime::network::{NetworkAttachment, NetworkOptions, PluginExec};
+use runp::runtime::network::{NetworkAttachment, NetworkOptions, PluginExec, detach};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -135,6 +135,31 @@ impl Drop for NetLease {
             );
         }
         host_command(&["ip", "link", "del", TEST_BRIDGE]);
+        // The bridge network's masquerade rule (one per network; it outlives runtimes).
+        let comment = format!("runp bridge network {TEST_BRIDGE}");
+        let rule = [
+            "iptables",
+            "-t",
+            "nat",
+            "-D",
+            "POSTROUTING",
+            "-s",
+            TEST_POD_CIDR,
+            "!",
+            "-d",
+            TEST_POD_CIDR,
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-j",
+            "MASQUERADE",
+        ];
+        for _ in 0..16 {
+            if host_command(&rule).0 != 0 {
+                break;
+            }
+        }
         // portmap's shared chains, when no pod (of any runtime) has a hostPort any more.
         let (_, dnat, _) = host_command(&["iptables", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"]);
         if dnat.lines().all(|l| l.starts_with("-N")) {
@@ -211,8 +236,8 @@ pub(super) fn release_leftover_networks(rt: &Path) {
     );
     block_on_thread(async move {
         for a in attachments {
-            if let Err(e) = exec.del(&a).await {
-                eprintln!("leak guard: CNI DEL of {}: {e}", a.container_id);
+            if let Err(e) = detach(&exec, &a).await {
+                eprintln!("leak guard: network DEL of {}: {e}", a.container_id);
             }
         }
     });

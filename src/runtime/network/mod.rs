@@ -458,18 +458,7 @@ impl Network {
 
     /// Runs DEL (whatever the current mode: the attachment says what ADD did).
     pub async fn del(&self, attachment: &NetworkAttachment) -> Result<(), NetworkError> {
-        let Some(link) = &attachment.bridge else {
-            return self.exec.del(attachment).await;
-        };
-        // hostPorts first, while the pod's address still names its rules.
-        let portmap = if attachment.port_mappings.is_empty() {
-            Ok(())
-        } else {
-            self.exec.del(attachment).await
-        };
-        let released =
-            bridge::detach(&attachment.container_id, link, attachment.result.as_ref()).await;
-        portmap.and(released)
+        detach(&self.exec, attachment).await
     }
 
     /// What PodSandboxStatus says about a new pod's network.
@@ -524,6 +513,22 @@ impl Network {
             }),
         }
     }
+}
+
+/// DEL of `attachment`, whatever mode made it: the CNI list in reverse, or the bridge
+/// network's release (with portmap's DEL first when the pod has hostPorts, while its address
+/// still names its rules). Idempotent.
+pub async fn detach(exec: &PluginExec, attachment: &NetworkAttachment) -> Result<(), NetworkError> {
+    let Some(link) = &attachment.bridge else {
+        return exec.del(attachment).await;
+    };
+    let portmap = if attachment.port_mappings.is_empty() {
+        Ok(())
+    } else {
+        exec.del(attachment).await
+    };
+    let released = bridge::detach(&attachment.container_id, link, attachment.result.as_ref()).await;
+    portmap.and(released)
 }
 
 /// Where IP leases live: host-local's dataDir, shared by the bridge network.
