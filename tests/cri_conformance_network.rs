@@ -18,17 +18,27 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cri_conformance_network() {
-    const TEST: &str = "cri_conformance_network";
+    network_suite("cri_conformance_network", "cni").await
+}
+
+/// The same through `runp serve --network bridge` (the bridge made in process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_conformance_network_bridge() {
+    network_suite("cri_conformance_network_bridge", "bridge").await
+}
+
+async fn network_suite(test: &str, mode: &str) {
+    // Both need real root; the plugins serve CNI, and hostPorts in both.
     if !is_real_root() || !cni_available() {
         return skip(
-            TEST,
+            test,
             "real root and the CNI plugins (containernetworking-plugins)",
         );
     }
     let ipam = format!("{TEST_NET_DIR}/ipam");
     let network = [
         "--network",
-        "cni",
+        mode,
         "--pod-bridge",
         TEST_BRIDGE,
         "--pod-cidr",
@@ -36,7 +46,7 @@ async fn cri_conformance_network() {
         "--cni-data-dir",
         &ipam,
     ];
-    let Some(s) = Suite::start_with(TEST, &network).await else {
+    let Some(s) = Suite::start_with(test, &network).await else {
         return;
     };
     s.run(vec![("pod_ip_and_ports", Box::pin(pod_ip_and_ports(&s)))])
