@@ -482,7 +482,7 @@ async fn env_and_env_from_with_expansion_and_field_refs() {
     let printed = env.output("envs", "app", &["env"]).await;
     let vars: BTreeMap<&str, &str> = printed.lines().filter_map(|l| l.split_once('=')).collect();
     let uid = env.uid("envs");
-    // The pod's own address: a CNI address under real root, the node's loopback otherwise.
+    // The pod's own address: on the pod bridge under real root, the node's loopback otherwise.
     let pod_ip = env.pod("envs").unwrap().status.unwrap().pod_ip.unwrap();
     assert!(
         pod_ip.parse::<std::net::IpAddr>().is_ok(),

@@ -23,9 +23,10 @@ async fn full_pod_lifecycle_with_logs_and_events() {
     let status = env.pod_status(&pod.0, true).await;
     let s = status.status.unwrap();
     assert_eq!(s.state, api::PodSandboxState::SandboxReady as i32);
-    // Real root: an IP on the test bridge (CNI); rootless: loopback only.
+    // Real root: an IP on the test bridge (the bridge network, auto's default); rootless:
+    // loopback only.
     let ip = s.network.unwrap().ip;
-    if cni_available() {
+    if is_real_root() {
         let cidr: ipnet::IpNet = TEST_POD_CIDR.parse().unwrap();
         assert!(
             cidr.contains(&ip.parse::<std::net::IpAddr>().unwrap()),
@@ -39,8 +40,8 @@ async fn full_pod_lifecycle_with_logs_and_events() {
         "created_at in ns: {}",
         s.created_at
     );
-    let network = if cni_available() {
-        "CNI network runp"
+    let network = if is_real_root() {
+        "bridge network runp"
     } else {
         "loopback only"
     };

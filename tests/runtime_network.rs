@@ -453,11 +453,16 @@ async fn unusable_cni_degrades_to_loopback_and_says_why() {
         );
         return;
     }
-    // Rootless (the user-namespace run): the default options. Real root: no plugins.
+    // Rootless (the user-namespace run): the default options. Real root: an IPv6 pod CIDR,
+    // which auto gives to CNI (the bridge network is IPv4 only), and no plugins.
     let empty = tempfile::tempdir().unwrap();
     let (env, why) = if is_real_root() {
         let dirs = vec![empty.path().to_path_buf()];
-        let env = Env::with(|o| o.network.cni_bin_dirs = dirs).await;
+        let env = Env::with(|o| {
+            o.network.cni_bin_dirs = dirs;
+            o.network.pod_cidrs = vec!["fd00:213::/64".parse().unwrap()];
+        })
+        .await;
         (env, "CNI plugins bridge, host-local, portmap not found")
     } else {
         (Env::new().await, "rootless")
@@ -520,6 +525,9 @@ async fn unusable_cni_degrades_to_loopback_and_says_why() {
     let mut opts = options(other.path(), &env.images);
     opts.network.mode = NetworkMode::Cni;
     opts.network.cni_bin_dirs = vec![empty.path().to_path_buf()];
+    if is_real_root() {
+        opts.network.pod_cidrs = vec!["fd00:213::/64".parse().unwrap()];
+    }
     let err = match ProcessRuntime::start(opts).await {
         Ok(_) => panic!("--network=cni started without a usable CNI"),
         Err(e) => e.to_string(),
@@ -576,4 +584,53 @@ async fn serve_with_network_cni_fails_loudly_when_unusable() {
     ]);
     assert_ne!(code, 0);
     assert!(stderr.contains("did you mean 10.88.0.0/16"), "{stderr}");
+}
+
+/// auto as real root is the bridge network, which needs no plugin: pods get IPs on the
+/// bridge; only hostPorts need portmap, and a pod asking for one fails, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_is_the_bridge_network_even_without_plugins() {
+    const TEST: &str = "auto_is_the_bridge_network_even_without_plugins";
+    if !is_real_root() {
+        return skip(TEST, "real root (a bridge in the host network namespace)");
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let dirs = vec![empty.path().to_path_buf()];
+    let env = Env::with(|o| o.network.cni_bin_dirs = dirs).await;
+    let rt_status = env
+        .rt
+        .status(api::StatusRequest { verbose: true })
+        .await
+        .unwrap();
+    let rt_info: serde_json::Value = serde_json::from_str(&rt_status.info["info"]).unwrap();
+    assert_eq!(rt_info["network"]["mode"], "bridge", "{rt_info}");
+    assert_eq!(rt_info["network"]["hostPorts"], false, "{rt_info}");
+    let pod = env.pod("plain").await;
+    let ip = pod_ip(&env, &pod.0).await;
+    assert!(in_test_cidr(&ip), "{ip} not in {TEST_POD_CIDR}");
+    env.run(&pod, web("srv", "no-plugins")).await;
+    let addr = SocketAddr::new(ip.parse().unwrap(), 8080);
+    assert!(http_get(addr).await.contains("no-plugins"));
+
+    let mut config = pod_config("with-host-port", &env.logs());
+    config.port_mappings = vec![api::PortMapping {
+        protocol: api::Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port: 18080,
+        host_ip: String::new(),
+    }];
+    let err = env
+        .rt
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("hostPorts need the portmap plugin"),
+        "{err:?}"
+    );
+    env.cleanup().await;
+    assert_network_released(&pod.0, &ip);
 }

@@ -16,11 +16,11 @@ use std::sync::Arc;
 /// The pod network options of `runp serve` and `runp agent --runtime=process`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct NetworkArgs {
-    /// Pod network: `cni` (a bridge through the CNI plugins; fail if unusable), `bridge` (the
-    /// same bridge made in process over netlink, no plugin execs: IPv4 only, the portmap
-    /// plugin only for pods with hostPorts; fail if unusable), `loopback` (each pod gets lo
-    /// only and IP 127.0.0.1), or `auto` (cni when usable: real root and
-    /// the plugins installed; else loopback, saying why).
+    /// Pod network: `bridge` (a bridge made in process over netlink, no plugin execs: IPv4
+    /// only, the portmap plugin only for pods with hostPorts; fail if unusable), `cni` (the
+    /// same bridge through the CNI plugins; fail if unusable), `loopback` (each pod gets lo
+    /// only and IP 127.0.0.1), or `auto` (bridge as real root with CAP_NET_ADMIN, cni when a
+    /// pod CIDR is IPv6; else loopback, saying why).
     #[arg(long, value_enum, default_value_t = NetworkKind::Auto)]
     pub network: NetworkKind,
     /// Directory of the CNI plugin binaries (repeatable; searched in order). Default:

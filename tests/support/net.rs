@@ -22,7 +22,8 @@ pub fn network_options() -> NetworkOptions {
     }
 }
 
-/// Whether test runtimes get the CNI network (auto mode): real root and the plugins installed.
+/// Whether the CNI network can run here (`--network=cni`, and hostPorts in either mode): real
+/// root and the plugins installed.
 pub fn cni_available() -> bool {
     let dirs = NetworkOptions::default().cni_bin_dirs;
     is_real_root()
@@ -136,25 +137,10 @@ impl Drop for NetLease {
         }
         host_command(&["ip", "link", "del", TEST_BRIDGE]);
         // The bridge network's masquerade rule (one per network; it outlives runtimes).
-        let comment = format!("runp bridge network {TEST_BRIDGE}");
-        let rule = [
-            "iptables",
-            "-t",
-            "nat",
-            "-D",
-            "POSTROUTING",
-            "-s",
-            TEST_POD_CIDR,
-            "!",
-            "-d",
-            TEST_POD_CIDR,
-            "-m",
-            "comment",
-            "--comment",
-            &comment,
-            "-j",
-            "MASQUERADE",
-        ];
+        let subnet = TEST_POD_CIDR.parse().unwrap();
+        let mut rule = vec!["iptables", "-t", "nat", "-D", "POSTROUTING"];
+        let masquerade = runp::runtime::network::bridge::masquerade_rule(TEST_BRIDGE, subnet);
+        rule.extend(masquerade.iter().map(String::as_str));
         for _ in 0..16 {
             if host_command(&rule).0 != 0 {
                 break;

@@ -40,6 +40,28 @@ pub fn host_veth_name(sandbox_id: &str) -> String {
     format!("runp{tail}")
 }
 
+/// The network's one masquerade rule (nat POSTROUTING), as iptables arguments after the chain:
+/// what leaves the pod subnet for elsewhere goes out with the host's address.
+pub fn masquerade_rule(bridge: &str, subnet: Ipv4Net) -> Vec<String> {
+    let cidr = subnet.to_string();
+    let comment = format!("runp bridge network {bridge}");
+    [
+        "-s",
+        &cidr,
+        "!",
+        "-d",
+        &cidr,
+        "-m",
+        "comment",
+        "--comment",
+        &comment,
+        "-j",
+        "MASQUERADE",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 /// A netlink route connection in this process's network namespace; its task ends when the
 /// last handle is dropped.
 pub fn connect() -> Result<Handle, NetworkError> {
@@ -219,8 +241,24 @@ impl BridgeNet {
         .map_err(|e| NetworkError::Netlink(format!("pod netlink task: {e}")))?
         .map_err(|e| NetworkError::Netlink(e.to_string()))?;
         let (connection, pod, _) = connection;
-        tokio::spawn(connection);
-        let index = link_index(&pod, POD_IFNAME)
+        // Aborted at the end, whatever happened: its socket lives in the pod's namespace and
+        // would keep that namespace (and the veth pair) alive, and netlink-proto ends a
+        // connection only once it sees every handle gone.
+        let connection = AbortOnDrop(tokio::spawn(connection));
+        let configured = Self::address_and_route(&pod, ip, self.subnet, self.gateway).await;
+        drop(pod);
+        drop(connection);
+        configured
+    }
+
+    /// `eth0` up, its address, and the default route via the gateway, through `pod`'s socket.
+    async fn address_and_route(
+        pod: &Handle,
+        ip: Ipv4Addr,
+        subnet: Ipv4Net,
+        gateway: Ipv4Addr,
+    ) -> Result<(), NetworkError> {
+        let index = link_index(pod, POD_IFNAME)
             .await?
             .ok_or_else(|| NetworkError::Netlink(format!("no {POD_IFNAME} in the pod")))?;
         pod.link()
@@ -229,12 +267,12 @@ impl BridgeNet {
             .await
             .map_err(netlink(format!("bringing the pod's {POD_IFNAME} up")))?;
         pod.address()
-            .add(index, ip.into(), self.subnet.prefix_len())
+            .add(index, ip.into(), subnet.prefix_len())
             .execute()
             .await
             .map_err(netlink(format!("adding {ip} to the pod's {POD_IFNAME}")))?;
         let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .gateway(self.gateway)
+            .gateway(gateway)
             .output_interface(index)
             .build();
         pod.route()
@@ -242,9 +280,17 @@ impl BridgeNet {
             .execute()
             .await
             .map_err(netlink(format!(
-                "adding the pod's default route via {}",
-                self.gateway
+                "adding the pod's default route via {gateway}"
             )))
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -1,8 +1,9 @@
-//! The pod network: each non-hostNetwork pod's network namespace is attached to a bridge with
-//! CNI plugins (bridge + host-local IPAM + portmap), as containerd does, or (`bridge` mode) to
-//! the same bridge made in process over netlink. Where that cannot work (no plugins, not real
-//! root) pods get loopback only and IP 127.0.0.1, said once at start-up and in the Status /
-//! PodSandboxStatus info.
+//! The pod network: each non-hostNetwork pod's network namespace is attached to a bridge, made
+//! in process over netlink (`bridge`, the default as real root) or with CNI plugins (`cni`:
+//! bridge + host-local IPAM + portmap, as containerd does; the default for an IPv6 pod CIDR).
+//! Where that cannot work (not real root, no CAP_NET_ADMIN; for CNI also no plugins) pods get
+//! loopback only and IP 127.0.0.1, said once at start-up and in the Status / PodSandboxStatus
+//! info.
 
 pub mod bridge;
 pub mod cni;
@@ -30,7 +31,8 @@ const PLUGINS: [&str; 3] = ["bridge", "host-local", "portmap"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetworkMode {
-    /// CNI when usable, else loopback only (said why).
+    /// The bridge made in process (CNI for an IPv6 pod CIDR) when usable, else loopback only
+    /// (said why).
     Auto,
     /// CNI or fail to start.
     Cni,
@@ -76,6 +78,8 @@ pub struct HostProbe {
     pub missing_plugins: Vec<String>,
     /// The iptables binaries missing from the plugins' PATH (ipMasq and portmap need them).
     pub missing_tools: Vec<String>,
+    /// A pod CIDR is IPv6: the bridge network is IPv4 only.
+    pub ipv6_cidr: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,11 +100,14 @@ pub fn decide(
             reason: "--network=loopback".to_string(),
         });
     }
+    // auto: the bridge made in process, unless a pod CIDR is IPv6 (CNI does dual-stack).
+    let wants_bridge =
+        mode == NetworkMode::Bridge || (mode == NetworkMode::Auto && !probe.ipv6_cidr);
     let obstacle = if probe.rootless {
         Some("not real root in the initial user namespace (rootless): a bridge in the host network namespace cannot be created".to_string())
     } else if !probe.net_admin {
         Some("CAP_NET_ADMIN is not in the effective capability set".to_string())
-    } else if mode == NetworkMode::Bridge {
+    } else if wants_bridge {
         // Plugins and iptables are optional there: hostPorts and masquerade say so.
         None
     } else if !probe.missing_plugins.is_empty() {
@@ -117,7 +124,7 @@ pub fn decide(
         None
     };
     match (obstacle, mode) {
-        (None, NetworkMode::Bridge) => Ok(Decision::Bridge),
+        (None, _) if wants_bridge => Ok(Decision::Bridge),
         (None, _) => Ok(Decision::Cni),
         (Some(reason), NetworkMode::Cni | NetworkMode::Bridge) => Err(NetworkError::Unusable {
             mode: mode_flag(mode),
@@ -216,6 +223,7 @@ impl Network {
                 .filter(|t| !exec.in_path(t))
                 .map(str::to_string)
                 .collect(),
+            ipv6_cidr: options.pod_cidrs.iter().any(|c| matches!(c, IpNet::V6(_))),
         };
         let active = match decide(options.mode, &probe, &bin_dirs)? {
             Decision::Loopback { reason } => loopback(reason),
@@ -237,12 +245,16 @@ impl Network {
                 }
                 Err(e) => loopback(e.to_string()),
             },
-            Decision::Bridge => Self::bridge_network(&exec, &options, runtime_root)
-                .await
-                .map_err(|e| NetworkError::Unusable {
-                    mode: "bridge",
-                    reason: e.to_string(),
-                })?,
+            Decision::Bridge => match Self::bridge_network(&exec, &options, runtime_root).await {
+                Ok(active) => active,
+                Err(e) if options.mode == NetworkMode::Bridge => {
+                    return Err(NetworkError::Unusable {
+                        mode: "bridge",
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => loopback(e.to_string()),
+            },
         };
         Ok(Network {
             exec,
@@ -270,24 +282,10 @@ impl Network {
         let net =
             bridge::BridgeNet::start(&options.bridge, subnet, &data_dir, config::NETWORK_NAME)
                 .await?;
-        let cidr = subnet.to_string();
-        let comment = format!("runp bridge network {}", options.bridge);
-        let rule = [
-            "-s",
-            &cidr,
-            "!",
-            "-d",
-            &cidr,
-            "-m",
-            "comment",
-            "--comment",
-            &comment,
-            "-j",
-            "MASQUERADE",
-        ];
+        let rule = bridge::masquerade_rule(&options.bridge, subnet);
         let with = |op: &'static str| {
             let mut args = vec!["-w", "5", "-t", "nat", op, "POSTROUTING"];
-            args.extend(rule);
+            args.extend(rule.iter().map(String::as_str));
             args
         };
         // Check-then-append under a lock beside the leases, which every runtime sharing this
@@ -558,6 +556,7 @@ mod tests {
             net_admin: true,
             missing_plugins: vec![],
             missing_tools: vec![],
+            ipv6_cidr: false,
         };
         let rootless = HostProbe {
             rootless: true,
@@ -575,53 +574,64 @@ mod tests {
             missing_tools: vec!["iptables".into()],
             ..ok.clone()
         };
+        let v6 = HostProbe {
+            ipv6_cidr: true,
+            ..ok.clone()
+        };
+        let v6_no_plugins = HostProbe {
+            ipv6_cidr: true,
+            ..no_plugins.clone()
+        };
+        #[derive(Debug)]
+        enum Want {
+            Cni,
+            Bridge,
+            /// Loopback, the reason containing this.
+            Loopback(&'static str),
+            /// An error containing this.
+            Fails(&'static str),
+        }
         use NetworkMode::*;
-        // Ok(None): CNI; Ok(Some(part)): loopback, the reason containing part; Err(part).
-        type Want = Result<Option<&'static str>, &'static str>;
         let cases: Vec<(NetworkMode, &HostProbe, Want)> = vec![
-            (Auto, &ok, Ok(None)),
-            (Cni, &ok, Ok(None)),
-            (Loopback, &ok, Ok(Some("--network=loopback"))),
-            (Loopback, &rootless, Ok(Some("--network=loopback"))),
-            (Auto, &rootless, Ok(Some("rootless"))),
-            (Cni, &rootless, Err("rootless")),
-            (Auto, &no_caps, Ok(Some("CAP_NET_ADMIN"))),
+            (Auto, &ok, Want::Bridge),
+            (Auto, &no_plugins, Want::Bridge),
+            (Auto, &no_iptables, Want::Bridge),
+            (Auto, &v6, Want::Cni),
             (
                 Auto,
-                &no_plugins,
-                Ok(Some("bridge, portmap not found in /opt/cni/bin")),
+                &v6_no_plugins,
+                Want::Loopback("bridge, portmap not found in /opt/cni/bin"),
             ),
-            (Cni, &no_plugins, Err("install containernetworking-plugins")),
-            (Auto, &no_iptables, Ok(Some("iptables not found in PATH"))),
-            (Cni, &no_iptables, Err("iptables")),
+            (Auto, &rootless, Want::Loopback("rootless")),
+            (Auto, &no_caps, Want::Loopback("CAP_NET_ADMIN")),
+            (Cni, &ok, Want::Cni),
+            (Cni, &v6, Want::Cni),
+            (Cni, &rootless, Want::Fails("rootless")),
+            (
+                Cni,
+                &no_plugins,
+                Want::Fails("install containernetworking-plugins"),
+            ),
+            (Cni, &no_iptables, Want::Fails("iptables")),
+            (Bridge, &ok, Want::Bridge),
+            (Bridge, &no_plugins, Want::Bridge),
+            (Bridge, &no_iptables, Want::Bridge),
+            (Bridge, &rootless, Want::Fails("rootless")),
+            (Bridge, &no_caps, Want::Fails("CAP_NET_ADMIN")),
+            (Loopback, &ok, Want::Loopback("--network=loopback")),
+            (Loopback, &rootless, Want::Loopback("--network=loopback")),
         ];
-        // The bridge network needs neither plugins nor iptables, only real root.
-        for probe in [&ok, &no_plugins, &no_iptables] {
-            assert_eq!(
-                decide(Bridge, probe, "/opt/cni/bin").unwrap(),
-                Decision::Bridge
-            );
-        }
-        for (probe, part) in [(&rootless, "rootless"), (&no_caps, "CAP_NET_ADMIN")] {
-            let text = decide(Bridge, probe, "/opt/cni/bin")
-                .unwrap_err()
-                .to_string();
-            assert!(
-                text.starts_with("--network=bridge: the bridge pod network is unusable"),
-                "{text}"
-            );
-            assert!(text.contains(part), "{text}");
-        }
         for (mode, probe, want) in cases {
             let got = decide(mode, probe, "/opt/cni/bin");
-            match (want, got) {
-                (Ok(None), Ok(Decision::Cni)) => {}
-                (Ok(Some(part)), Ok(Decision::Loopback { reason })) => {
+            match (&want, got) {
+                (Want::Cni, Ok(Decision::Cni)) | (Want::Bridge, Ok(Decision::Bridge)) => {}
+                (Want::Loopback(part), Ok(Decision::Loopback { reason })) => {
                     assert!(reason.contains(part), "{mode:?} {probe:?}: {reason}")
                 }
-                (Err(part), Err(e)) => {
+                (Want::Fails(part), Err(e)) => {
                     let text = e.to_string();
-                    assert!(text.starts_with("--network=cni"), "{text}");
+                    let flag = format!("--network={}: ", mode_flag(mode));
+                    assert!(text.starts_with(&flag), "{text}");
                     assert!(text.contains(part), "{mode:?} {probe:?}: {text}");
                 }
                 (want, got) => panic!("{mode:?} {probe:?}: want {want:?}, got {got:?}"),
