@@ -30,7 +30,7 @@ pub struct BridgeLink {
 }
 
 /// The host end's name: `runp` and the sandbox id's first 11 characters (IFNAMSIZ allows 15),
-/// so DEL finds it even when ADD was cut short before its result was recorded.
+/// so a pod's veth is found by its sandbox id.
 pub fn host_veth_name(sandbox_id: &str) -> String {
     let tail: String = sandbox_id
         .chars()
@@ -62,8 +62,7 @@ pub fn masquerade_rule(bridge: &str, subnet: Ipv4Net) -> Vec<String> {
     .to_vec()
 }
 
-/// A netlink route connection in this process's network namespace; its task ends when the
-/// last handle is dropped.
+/// A netlink route connection in this process's network namespace, for the runtime's life.
 pub fn connect() -> Result<Handle, NetworkError> {
     let (connection, handle, _) = rtnetlink::new_connection()
         .map_err(|e| NetworkError::Netlink(format!("cannot open a netlink socket: {e}")))?;
@@ -168,8 +167,8 @@ impl BridgeNet {
 
     /// ADD: leases an IP, makes the veth pair (`eth0` created inside the pod's namespace, the
     /// host end up on the bridge), sets hairpin, then brings `eth0` up with the pod's address
-    /// and default route from a netlink socket inside its namespace. The result is shaped as the bridge
-    /// plugin's CNI result. On error the caller runs [`detach`].
+    /// and default route from a netlink socket inside its namespace. The result is shaped as
+    /// the bridge plugin's CNI result. On error the caller runs [`detach`].
     pub async fn attach(
         &self,
         sandbox_id: &str,
@@ -336,7 +335,7 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
     }
 }
 
-/// Ok when `done` succeeded or failed with `ok_errno` (already there, already gone).
+/// Ok when `done` succeeded or failed with `ok_errno` (EEXIST: already there).
 fn tolerate(
     done: Result<(), rtnetlink::Error>,
     ok_errno: i32,
