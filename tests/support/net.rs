@@ -261,3 +261,52 @@ pub async fn http_get(addr: std::net::SocketAddr) -> String {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The pod IP PodSandboxStatus reports.
+pub async fn pod_ip(env: &super::Env, id: &str) -> String {
+    env.pod_status(id, false)
+        .await
+        .status
+        .unwrap()
+        .network
+        .unwrap()
+        .ip
+}
+
+/// The container id holding the host-local lease of `ip`, if any.
+pub fn lease_holder(ip: &str) -> Option<String> {
+    let text = std::fs::read_to_string(test_lease_dir().join(ip)).ok()?;
+    text.lines().next().map(|l| l.trim().to_string())
+}
+
+pub fn nat_rules() -> String {
+    let (code, out, err) = host_command(&["iptables", "-t", "nat", "-S"]);
+    assert_eq!(code, 0, "iptables -t nat -S: {err}");
+    out
+}
+
+pub fn in_test_cidr(ip: &str) -> bool {
+    let net: ipnet::IpNet = TEST_POD_CIDR.parse().unwrap();
+    ip.parse::<std::net::IpAddr>()
+        .is_ok_and(|a| net.contains(&a))
+}
+
+/// Nothing of the pod's network is left: no lease, no iptables rule naming it, no veth of the
+/// bridge network's.
+pub fn assert_network_released(id: &str, ip: &str) {
+    assert_eq!(lease_holder(ip), None, "lease of {ip} still held");
+    // The bridge network's veth goes with the pod's namespace, which the kernel tears down
+    // asynchronously once stop released it.
+    let veth = Path::new("/sys/class/net").join(runp::runtime::network::bridge::host_veth_name(id));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while veth.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!veth.exists(), "{} left", veth.display());
+    let rules = nat_rules();
+    assert!(!rules.contains(id), "rules for {id} left:\n{rules}");
+    assert!(
+        !rules.contains(&format!("{ip}:")),
+        "DNAT to {ip} left:\n{rules}"
+    );
+}

@@ -5,11 +5,11 @@
 //! host-local's format (see [`super::ipam`]) and a default route via the gateway. Masquerade
 //! is one iptables rule per network, set at start, not a chain per pod.
 
-use super::NetworkError;
-use super::config::POD_IFNAME;
+use super::config::{self, POD_IFNAME};
 use super::ipam::{self, Ipam};
+use super::{NetworkError, NetworkOptions, PluginExec};
 use futures::TryStreamExt;
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 use rtnetlink::packet_route::address::AddressAttribute;
 use rtnetlink::packet_route::link::{InfoData, InfoVeth};
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth, RouteMessageBuilder};
@@ -68,6 +68,98 @@ pub fn connect() -> Result<Handle, NetworkError> {
         .map_err(|e| NetworkError::Netlink(format!("cannot open a netlink socket: {e}")))?;
     tokio::spawn(connection);
     Ok(handle)
+}
+
+/// The bridge network as started: the bridge, and what it can and cannot do.
+pub struct BridgeSetup {
+    pub net: BridgeNet,
+    /// The portmap-only conflist for pods with hostPorts, or why there is none.
+    pub portmap: Result<Value, String>,
+    /// Why pods are not masqueraded (cannot reach beyond the host), if they are not.
+    pub no_masquerade: Option<String>,
+}
+
+/// Starts the bridge network of `options`: the bridge, its masquerade rule and the portmap
+/// plugin's conflist, each said once.
+pub async fn start_network(
+    exec: &PluginExec,
+    options: &NetworkOptions,
+    runtime_root: &Path,
+) -> Result<BridgeSetup, NetworkError> {
+    let subnet = match options.pod_cidrs.as_slice() {
+        [IpNet::V4(subnet)] => *subnet,
+        _ => {
+            return Err(NetworkError::InvalidConfig(format!(
+                "the bridge network is IPv4 only and takes one pod CIDR, not {} (use --network=cni for IPv6)",
+                super::cidrs_text(&options.pod_cidrs)
+            )));
+        }
+    };
+    let data_dir = super::lease_dir(options, runtime_root);
+    let net = BridgeNet::start(&options.bridge, subnet, &data_dir, config::NETWORK_NAME).await?;
+    let rule = masquerade_rule(&options.bridge, subnet);
+    let with = |op: &'static str| {
+        let mut args = vec!["-w", "5", "-t", "nat", op, "POSTROUTING"];
+        args.extend(rule.iter().map(String::as_str));
+        args
+    };
+    // Check-then-append under a lock beside the leases, which every runtime sharing this
+    // bridge shares: two starting at once would each append the rule.
+    let lock_path = data_dir.join(format!(".{}.masquerade.lock", options.bridge));
+    let path = lock_path.clone();
+    let lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+        let file = std::fs::File::create(&path)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(file)
+    })
+    .await
+    .map_err(|e| NetworkError::InvalidConfig(format!("masquerade lock task: {e}")))?
+    .map_err(NetworkError::io("locking", &lock_path))?;
+    let no_masquerade = if exec.iptables(&with("-C")).await.is_ok() {
+        None
+    } else {
+        exec.iptables(&with("-A")).await.err()
+    };
+    drop(lock);
+    if let Some(reason) = &no_masquerade {
+        tracing::warn!(%reason, "bridge network: pods are not masqueraded, so they reach this host and each other but nothing beyond");
+    }
+    let portmap = match exec.find("portmap") {
+        None => Err(format!(
+            "the portmap CNI plugin is not in {}",
+            exec.bin_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+        )),
+        // A portmap that does not answer costs hostPorts, not the network.
+        Some(_) => match exec.versions("portmap").await {
+            Ok(supported) => config::choose_version(&supported)
+                .map(config::render_portmap_conflist)
+                .ok_or_else(|| {
+                    format!(
+                        "the portmap plugin supports CNI {} only",
+                        supported.join(", ")
+                    )
+                }),
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    if let Err(reason) = &portmap {
+        tracing::warn!(%reason, "bridge network: pods with hostPorts will fail to start");
+    }
+    tracing::info!(
+        bridge = %options.bridge,
+        pod_cidr = %subnet,
+        lease_dir = %data_dir.display(),
+        "pod network: bridge made in process (netlink; no plugin execs per pod)"
+    );
+    Ok(BridgeSetup {
+        net,
+        portmap,
+        no_masquerade,
+    })
 }
 
 /// The bridge network of a runtime.

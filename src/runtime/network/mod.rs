@@ -156,13 +156,7 @@ enum Active {
         conflist: Value,
     },
     /// The bridge made in process.
-    Bridge {
-        net: bridge::BridgeNet,
-        /// The portmap-only conflist for pods with hostPorts, or why there is none.
-        portmap: Result<Value, String>,
-        /// Why pods are not masqueraded (cannot reach beyond the host), if they are not.
-        no_masquerade: Option<String>,
-    },
+    Bridge(bridge::BridgeSetup),
     Loopback {
         reason: String,
     },
@@ -245,8 +239,8 @@ impl Network {
                 }
                 Err(e) => loopback(e.to_string()),
             },
-            Decision::Bridge => match Self::bridge_network(&exec, &options, runtime_root).await {
-                Ok(active) => active,
+            Decision::Bridge => match bridge::start_network(&exec, &options, runtime_root).await {
+                Ok(setup) => Active::Bridge(setup),
                 Err(e) if options.mode == NetworkMode::Bridge => {
                     return Err(NetworkError::Unusable {
                         mode: "bridge",
@@ -260,89 +254,6 @@ impl Network {
             exec,
             active,
             options,
-        })
-    }
-
-    /// The bridge, its masquerade rule and the portmap plugin's conflist, each said once.
-    async fn bridge_network(
-        exec: &PluginExec,
-        options: &NetworkOptions,
-        runtime_root: &Path,
-    ) -> Result<Active, NetworkError> {
-        let subnet = match options.pod_cidrs.as_slice() {
-            [IpNet::V4(subnet)] => *subnet,
-            _ => {
-                return Err(NetworkError::InvalidConfig(format!(
-                    "the bridge network is IPv4 only and takes one pod CIDR, not {} (use --network=cni for IPv6)",
-                    cidrs_text(&options.pod_cidrs)
-                )));
-            }
-        };
-        let data_dir = lease_dir(options, runtime_root);
-        let net =
-            bridge::BridgeNet::start(&options.bridge, subnet, &data_dir, config::NETWORK_NAME)
-                .await?;
-        let rule = bridge::masquerade_rule(&options.bridge, subnet);
-        let with = |op: &'static str| {
-            let mut args = vec!["-w", "5", "-t", "nat", op, "POSTROUTING"];
-            args.extend(rule.iter().map(String::as_str));
-            args
-        };
-        // Check-then-append under a lock beside the leases, which every runtime sharing this
-        // bridge shares: two starting at once would each append the rule.
-        let lock_path = data_dir.join(format!(".{}.masquerade.lock", options.bridge));
-        let path = lock_path.clone();
-        let lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
-            let file = std::fs::File::create(&path)?;
-            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-            Ok(file)
-        })
-        .await
-        .map_err(|e| NetworkError::InvalidConfig(format!("masquerade lock task: {e}")))?
-        .map_err(NetworkError::io("locking", &lock_path))?;
-        let no_masquerade = if exec.iptables(&with("-C")).await.is_ok() {
-            None
-        } else {
-            exec.iptables(&with("-A")).await.err()
-        };
-        drop(lock);
-        if let Some(reason) = &no_masquerade {
-            tracing::warn!(%reason, "bridge network: pods are not masqueraded, so they reach this host and each other but nothing beyond");
-        }
-        let portmap = match exec.find("portmap") {
-            None => Err(format!(
-                "the portmap CNI plugin is not in {}",
-                exec.bin_dirs()
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(":")
-            )),
-            Some(_) => {
-                let supported = exec.versions("portmap").await?;
-                config::choose_version(&supported)
-                    .map(config::render_portmap_conflist)
-                    .ok_or_else(|| {
-                        format!(
-                            "the portmap plugin supports CNI {} only",
-                            supported.join(", ")
-                        )
-                    })
-            }
-        };
-        if let Err(reason) = &portmap {
-            tracing::warn!(%reason, "bridge network: pods with hostPorts will fail to start");
-        }
-        tracing::info!(
-            bridge = %options.bridge,
-            pod_cidr = %subnet,
-            lease_dir = %data_dir.display(),
-            "pod network: bridge made in process (netlink; no plugin execs per pod)"
-        );
-        Ok(Active::Bridge {
-            net,
-            portmap,
-            no_masquerade,
         })
     }
 
@@ -374,7 +285,7 @@ impl Network {
     /// Why pods get loopback only; None when they get the CNI network.
     pub fn loopback_reason(&self) -> Option<&str> {
         match &self.active {
-            Active::Cni { .. } | Active::Bridge { .. } => None,
+            Active::Cni { .. } | Active::Bridge(_) => None,
             Active::Loopback { reason } => Some(reason),
         }
     }
@@ -391,7 +302,7 @@ impl Network {
         let mappings = config::port_mappings(port_mappings)?;
         let (conflist, bridge) = match &self.active {
             Active::Cni { conflist } => (conflist.clone(), None),
-            Active::Bridge { net, portmap, .. } => {
+            Active::Bridge(bridge::BridgeSetup { net, portmap, .. }) => {
                 let conflist = match portmap {
                     _ if mappings.is_empty() => Value::Null,
                     Ok(conflist) => conflist.clone(),
@@ -430,7 +341,7 @@ impl Network {
     ) -> Result<(Value, result::PodIps), NetworkError> {
         let out = match (&attachment.bridge, &self.active) {
             (None, _) => self.exec.add(attachment).await?,
-            (Some(link), Active::Bridge { net, .. }) => {
+            (Some(link), Active::Bridge(bridge::BridgeSetup { net, .. })) => {
                 let made = net
                     .attach(&attachment.container_id, link, &attachment.netns)
                     .await?;
@@ -468,7 +379,7 @@ impl Network {
                 config::POD_IFNAME,
                 self.options.bridge
             ),
-            Active::Bridge { .. } => format!(
+            Active::Bridge(_) => format!(
                 "bridge network {}: {} on bridge {} (made in process)",
                 config::NETWORK_NAME,
                 config::POD_IFNAME,
@@ -491,11 +402,11 @@ impl Network {
                 "cniVersion": conflist["cniVersion"],
                 "dataDir": conflist["plugins"][0]["ipam"]["dataDir"],
             }),
-            Active::Bridge {
+            Active::Bridge(bridge::BridgeSetup {
                 net,
                 portmap,
                 no_masquerade,
-            } => json!({
+            }) => json!({
                 "mode": "bridge",
                 "bridge": self.options.bridge,
                 "podCIDRs": [net.subnet().to_string()],
@@ -530,14 +441,14 @@ pub async fn detach(exec: &PluginExec, attachment: &NetworkAttachment) -> Result
 }
 
 /// Where IP leases live: host-local's dataDir, shared by the bridge network.
-fn lease_dir(options: &NetworkOptions, runtime_root: &Path) -> PathBuf {
+pub(super) fn lease_dir(options: &NetworkOptions, runtime_root: &Path) -> PathBuf {
     options
         .data_dir
         .clone()
         .unwrap_or_else(|| runtime_root.join("cni").join("networks"))
 }
 
-fn cidrs_text(cidrs: &[IpNet]) -> String {
+pub(super) fn cidrs_text(cidrs: &[IpNet]) -> String {
     cidrs
         .iter()
         .map(|c| c.to_string())
