@@ -476,7 +476,7 @@ async fn serve_killed_while_running_pods_restarts_consistent() {
 fn zygotes_of(parent: i32) -> Vec<i32> {
     children_where(parent, |pid, _| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice())
+        runp::jail::is_zygote_cmdline(&cmdline)
     })
 }
 

@@ -202,7 +202,7 @@ pub fn zygote_pss_kib(parent: u32) -> Option<u64> {
             // The ppid is the second field after the parenthesised command name.
             let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
             let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
-            let is_zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"zygote".as_slice());
+            let is_zygote = runp::jail::is_zygote_cmdline(&cmdline);
             if ppid != parent || !is_zygote {
                 return None;
             }

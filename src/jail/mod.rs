@@ -42,7 +42,7 @@ pub use propagation::{PropagationError, apply_mount_propagation};
 pub use shim::logs::{CRI_MAX_LINE, Stream, format_cri_line};
 pub use shim::run_shim;
 pub use spawn::{spawn_exec, spawn_program, spawn_shim};
-pub use zygote::{Zygote, ZygoteError, run_zygote};
+pub use zygote::{Zygote, ZygoteError, is_zygote_cmdline, run_zygote};
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;

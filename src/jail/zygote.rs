@@ -37,6 +37,14 @@ pub(crate) const ZYGOTE_FD: RawFd = 3;
 /// Length of the placeholder argument the zygote is started with: the room its children write
 /// their `<runp> shim <state_dir>` command line into (a state dir is a path, so at most
 /// PATH_MAX).
+/// The subcommand the zygote is re-executed as (its argv[1]).
+const ZYGOTE_ARG: &str = "zygote";
+
+/// Whether a `/proc/<pid>/cmdline` is a shim zygote's (tests and benches find zygotes so).
+pub fn is_zygote_cmdline(cmdline: &[u8]) -> bool {
+    cmdline.split(|b| *b == 0).nth(1) == Some(ZYGOTE_ARG.as_bytes())
+}
+
 const TITLE_ROOM: usize = 4096 + 256;
 /// How long the runtime waits for the zygote to answer a request (it only forks).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,7 +91,7 @@ impl Zygote {
         let room = OsString::from("_".repeat(TITLE_ROOM));
         let pid = reexec(
             runp_exe,
-            &[OsStr::new("zygote"), &room],
+            &[OsStr::new(ZYGOTE_ARG), &room],
             &[(&theirs, ZYGOTE_FD)],
             Output {
                 stdout: Stdio::null(),
@@ -305,4 +313,17 @@ fn argument_area() -> Option<(usize, usize)> {
     let start = fields.get(48 - 3)?.parse().ok()?;
     let end = fields.get(49 - 3)?.parse().ok()?;
     (start != 0 && end > start).then_some((start, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zygote_cmdlines_are_told_by_their_subcommand() {
+        assert!(is_zygote_cmdline(b"/usr/bin/runp\0zygote\0____\0"));
+        assert!(!is_zygote_cmdline(b"/usr/bin/runp\0agent\0zygote\0"));
+        assert!(!is_zygote_cmdline(b"zygote\0"));
+        assert!(!is_zygote_cmdline(b""));
+    }
 }
