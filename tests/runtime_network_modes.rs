@@ -203,3 +203,43 @@ async fn auto_is_the_bridge_network_even_without_plugins() {
     env.cleanup().await;
     assert_network_released(&pod.0, &ip);
 }
+
+/// A bridge deleted under a running runtime (by hand, or by another runtime's cleanup) is made
+/// again at the next pod, as the CNI bridge plugin ensures it on every ADD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_deleted_under_the_runtime_is_made_again() {
+    const TEST: &str = "a_bridge_deleted_under_the_runtime_is_made_again";
+    if !is_real_root() {
+        return skip(TEST, "real root (a bridge in the host network namespace)");
+    }
+    // Its own bridge and CIDR: deleting the shared test bridge would cut other tests' pods off.
+    const BRIDGE: &str = "runptest9";
+    const CIDR: &str = "10.214.0.0/24";
+    let env = Env::with(|o| {
+        o.network.mode = NetworkMode::Bridge;
+        o.network.bridge = BRIDGE.to_string();
+        o.network.pod_cidrs = vec![CIDR.parse().unwrap()];
+        o.network.data_dir = Some(o.root.join("leases"));
+    })
+    .await;
+    let first = env.pod("before").await;
+    assert_eq!(host_command(&["ip", "link", "del", BRIDGE]).0, 0);
+    let second = env.pod("after").await;
+    let ip = pod_ip(&env, &second.0).await;
+    let cidr: ipnet::IpNet = CIDR.parse().unwrap();
+    assert!(
+        cidr.contains(&ip.parse::<std::net::IpAddr>().unwrap()),
+        "{ip}"
+    );
+    assert!(std::path::Path::new("/sys/class/net").join(BRIDGE).exists());
+    env.run(&second, web("srv", "after-the-bridge")).await;
+    let addr = SocketAddr::new(ip.parse().unwrap(), 8080);
+    assert!(http_get(addr).await.contains("after-the-bridge"));
+    drop(first);
+    env.cleanup().await;
+    host_command(&["ip", "link", "del", BRIDGE]);
+    let mut rule = vec!["iptables", "-t", "nat", "-D", "POSTROUTING"];
+    let masquerade = runp::runtime::network::bridge::masquerade_rule(BRIDGE, CIDR.parse().unwrap());
+    rule.extend(masquerade.iter().map(String::as_str));
+    host_command(&rule);
+}

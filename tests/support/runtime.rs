@@ -111,9 +111,12 @@ impl Env {
             .expect("import busybox-extra");
         let mut opts = options(dir.path(), &images);
         adjust(&mut opts);
+        // The test network's lease before the runtime starts: a runtime finds (or makes) the
+        // bridge at start, and the last test out deletes it.
+        let guard = LeakGuard::new(dir.path());
         let rt = ProcessRuntime::start(opts).await.expect("start runtime");
         Env {
-            guard: LeakGuard::new(dir.path()),
+            guard,
             dir,
             images,
             rt,

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What DEL needs of a pod attached by the bridge network, persisted in its attachment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -166,7 +167,8 @@ pub async fn start_network(
 pub struct BridgeNet {
     handle: Handle,
     bridge: String,
-    bridge_index: u32,
+    /// Re-read when the bridge was deleted under the runtime (see [`BridgeNet::attach`]).
+    bridge_index: AtomicU32,
     subnet: Ipv4Net,
     gateway: Ipv4Addr,
     lease_dir: PathBuf,
@@ -183,60 +185,15 @@ impl BridgeNet {
     ) -> Result<BridgeNet, NetworkError> {
         let lease_dir = Ipam::open(data_dir, network, subnet)?.dir().to_path_buf();
         let handle = connect()?;
-        let bridge_index = match link_index(&handle, bridge).await? {
-            Some(index) => index,
-            None => {
-                let made = handle
-                    .link()
-                    .add(LinkBridge::new(bridge).up().build())
-                    .execute()
-                    .await;
-                tolerate(made, libc::EEXIST, || format!("creating bridge {bridge}"))?;
-                link_index(&handle, bridge).await?.ok_or_else(|| {
-                    NetworkError::Netlink(format!("bridge {bridge} vanished after creation"))
-                })?
-            }
-        };
-        handle
-            .link()
-            .set(LinkUnspec::new_with_index(bridge_index).up().build())
-            .execute()
-            .await
-            .map_err(netlink(format!("bringing bridge {bridge} up")))?;
+        let bridge_index = ensure_bridge(&handle, bridge, subnet).await?;
         let gateway = ipam::gateway(subnet);
-        let mut addresses = handle
-            .address()
-            .get()
-            .set_link_index_filter(bridge_index)
-            .execute();
-        let mut has_gateway = false;
-        while let Some(message) = addresses
-            .try_next()
-            .await
-            .map_err(netlink(format!("listing the addresses of {bridge}")))?
-        {
-            has_gateway |= message.header.prefix_len == subnet.prefix_len()
-                && message.attributes.iter().any(
-                    |a| matches!(a, AddressAttribute::Address(IpAddr::V4(ip)) if *ip == gateway),
-                );
-        }
-        if !has_gateway {
-            let added = handle
-                .address()
-                .add(bridge_index, gateway.into(), subnet.prefix_len())
-                .execute()
-                .await;
-            tolerate(added, libc::EEXIST, || {
-                format!("adding {gateway}/{} to {bridge}", subnet.prefix_len())
-            })?;
-        }
         let forward = "/proc/sys/net/ipv4/ip_forward";
         std::fs::write(forward, "1")
             .map_err(NetworkError::io("enabling IP forwarding in", forward))?;
         Ok(BridgeNet {
             handle,
             bridge: bridge.to_string(),
-            bridge_index,
+            bridge_index: AtomicU32::new(bridge_index),
             subnet,
             gateway,
             lease_dir,
@@ -278,17 +235,27 @@ impl BridgeNet {
         let peer = LinkUnspec::new_with_name(POD_IFNAME)
             .setns_by_fd(ns.as_raw_fd())
             .build();
-        let veth = LinkVeth::new(&link.host_veth, POD_IFNAME)
-            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-            .controller(self.bridge_index)
-            .up()
-            .build();
-        self.handle
-            .link()
-            .add(veth)
-            .execute()
-            .await
-            .map_err(netlink(format!("creating veth {}", link.host_veth)))?;
+        let veth = |bridge_index: u32| {
+            LinkVeth::new(&link.host_veth, POD_IFNAME)
+                .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.clone())))
+                .controller(bridge_index)
+                .up()
+                .build()
+        };
+        let index = self.bridge_index.load(Ordering::Relaxed);
+        let made = self.handle.link().add(veth(index)).execute().await;
+        // A bridge deleted under the runtime (by hand, or by a last-out test cleanup) leaves
+        // its index stale: made again, as the bridge plugin ensures it on every ADD.
+        let made = match made {
+            Err(e) if link_index(&self.handle, &self.bridge).await? != Some(index) => {
+                tracing::warn!(bridge = %self.bridge, error = %e, "the pod bridge was gone: made again");
+                let index = ensure_bridge(&self.handle, &self.bridge, self.subnet).await?;
+                self.bridge_index.store(index, Ordering::Relaxed);
+                self.handle.link().add(veth(index)).execute().await
+            }
+            made => made,
+        };
+        made.map_err(netlink(format!("creating veth {}", link.host_veth)))?;
         drop(ns);
         let host_index = link_index(&self.handle, &link.host_veth)
             .await?
@@ -406,6 +373,64 @@ pub async fn detach(
     tokio::task::spawn_blocking(move || ipam.release(&id, ip))
         .await
         .map_err(|e| NetworkError::Netlink(format!("IP release task: {e}")))?
+}
+
+/// The bridge's index, after making it if missing, bringing it up and giving it the gateway's
+/// address unless it has it.
+async fn ensure_bridge(
+    handle: &Handle,
+    bridge: &str,
+    subnet: Ipv4Net,
+) -> Result<u32, NetworkError> {
+    let bridge_index = match link_index(handle, bridge).await? {
+        Some(index) => index,
+        None => {
+            let made = handle
+                .link()
+                .add(LinkBridge::new(bridge).up().build())
+                .execute()
+                .await;
+            tolerate(made, libc::EEXIST, || format!("creating bridge {bridge}"))?;
+            link_index(handle, bridge).await?.ok_or_else(|| {
+                NetworkError::Netlink(format!("bridge {bridge} vanished after creation"))
+            })?
+        }
+    };
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(bridge_index).up().build())
+        .execute()
+        .await
+        .map_err(netlink(format!("bringing bridge {bridge} up")))?;
+    let gateway = ipam::gateway(subnet);
+    let mut addresses = handle
+        .address()
+        .get()
+        .set_link_index_filter(bridge_index)
+        .execute();
+    let mut has_gateway = false;
+    while let Some(message) = addresses
+        .try_next()
+        .await
+        .map_err(netlink(format!("listing the addresses of {bridge}")))?
+    {
+        has_gateway |= message.header.prefix_len == subnet.prefix_len()
+            && message
+                .attributes
+                .iter()
+                .any(|a| matches!(a, AddressAttribute::Address(IpAddr::V4(ip)) if *ip == gateway));
+    }
+    if !has_gateway {
+        let added = handle
+            .address()
+            .add(bridge_index, gateway.into(), subnet.prefix_len())
+            .execute()
+            .await;
+        tolerate(added, libc::EEXIST, || {
+            format!("adding {gateway}/{} to {bridge}", subnet.prefix_len())
+        })?;
+    }
+    Ok(bridge_index)
 }
 
 /// The index of link `name`; None when there is none.
