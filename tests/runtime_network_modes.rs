@@ -118,40 +118,28 @@ async fn serve_with_network_cni_fails_loudly_when_unusable() {
     let root = dir.path().join("root");
     let listen = format!("unix://{}", dir.path().join("s.sock").display());
     let missing = dir.path().join("no-plugins");
-    // `timeout`: were the check missing, serve would run until killed.
-    let (code, _, stderr) = host_command(&[
-        "timeout",
-        "60",
-        env!("CARGO_BIN_EXE_runp"),
-        "--root",
-        root.to_str().unwrap(),
-        "serve",
-        "--listen",
-        &listen,
+    // `runp serve` with `args` must refuse to start; its stderr.
+    let refused = |args: &[&str]| {
+        let root = root.to_str().unwrap();
+        let mut argv = vec!["timeout", "60", env!("CARGO_BIN_EXE_runp"), "--root", root];
+        argv.extend(["serve", "--listen", &listen]);
+        argv.extend(args);
+        // `timeout`: were the check missing, serve would run until killed.
+        let (code, _, stderr) = host_command(&argv);
+        assert_ne!(code, 0, "{args:?}");
+        stderr
+    };
+    let stderr = refused(&[
         "--network",
         "cni",
         "--cni-bin-dir",
         missing.to_str().unwrap(),
     ]);
-    assert_ne!(code, 0);
     assert!(
         stderr.contains("--network=cni: the CNI pod network is unusable"),
         "{stderr}"
     );
-    // `timeout`: were the check missing, serve would run until killed.
-    let (code, _, stderr) = host_command(&[
-        "timeout",
-        "60",
-        env!("CARGO_BIN_EXE_runp"),
-        "--root",
-        root.to_str().unwrap(),
-        "serve",
-        "--listen",
-        &listen,
-        "--pod-cidr",
-        "10.88.0.1/16",
-    ]);
-    assert_ne!(code, 0);
+    let stderr = refused(&["--pod-cidr", "10.88.0.1/16"]);
     assert!(stderr.contains("did you mean 10.88.0.0/16"), "{stderr}");
 }
 

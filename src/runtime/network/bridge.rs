@@ -365,9 +365,8 @@ pub async fn detach(
     result: Option<&Value>,
 ) -> Result<(), NetworkError> {
     let ip = result
-        .and_then(|r| r["ips"][0]["address"].as_str())
-        .and_then(|a| a.split('/').next())
-        .and_then(|a| a.parse::<Ipv4Addr>().ok());
+        .and_then(|r| super::result::pod_ips(r, POD_IFNAME).ok())
+        .and_then(|ips| ips.primary.parse::<Ipv4Addr>().ok());
     let ipam = Ipam::at(link.lease_dir.clone(), link.subnet);
     let id = sandbox_id.to_string();
     tokio::task::spawn_blocking(move || ipam.release(&id, ip))
